@@ -1,0 +1,23 @@
+"""del_core: Digit Entropy Loss (DEL) and the numeric-loss baselines it is compared with.
+
+    from del_core import DigitVocab, build_loss
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    loss_fn = build_loss("del", vocab, weight=0.128)
+    out = loss_fn(logits, labels)          # out.loss, out.ce, out.aux, out.metrics
+"""
+from .losses import LOSS_NAMES, LossOutput, NumericLoss, build_loss
+from .spans import NumberSpans, number_spans
+from .vocab import DigitVocab, MultiDigitVocabularyError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "LOSS_NAMES",
+    "DigitVocab",
+    "LossOutput",
+    "MultiDigitVocabularyError",
+    "NumberSpans",
+    "NumericLoss",
+    "build_loss",
+    "number_spans",
+]

@@ -1,0 +1,156 @@
+"""DEL and its baselines behind one interface, selected by name with :func:`build_loss`."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+from ..vocab import DigitVocab
+from .base import Batch, NumericLoss
+from .digit_terms import del_term, dist2_term, ntl_mse_term, ntl_was_term
+from .token_terms import emo_from_ce, mixce_from_ce
+
+# Default lambda of DEL: the effective weight of the released Qwen2.5-1.5B run (DEL_SPEC.md s.3).
+DEL_DEFAULT_WEIGHT = 0.128
+# ntloss's recommended lambda for NTL.
+NTL_DEFAULT_WEIGHT = 0.3
+# The spec gives no lambda for DIST2Loss; 0.1 is this project's choice. Set it explicitly.
+DIST2_DEFAULT_WEIGHT = 0.1
+
+
+class MLELoss(NumericLoss):
+    """Token cross-entropy alone."""
+
+    name = "mle"
+
+
+class MixCELoss(NumericLoss):
+    """MixCE (Zhang et al., 2023): ``-(eta + (1 - eta) * detach(p_t)) * log p_t`` per token."""
+
+    name = "mixce"
+
+    def __init__(self, vocab: Optional[DigitVocab], eta: float = 0.5, validate: bool = True):
+        super().__init__(vocab, 0.0, validate)
+        if not 0.0 <= eta <= 1.0:
+            raise ValueError(f"mixce: eta must lie in [0, 1], got {eta}")
+        self.eta = float(eta)
+
+    def token_part(self, batch: Batch, ce: torch.Tensor) -> torch.Tensor:
+        return mixce_from_ce(ce, self.eta)
+
+
+class EMOLoss(NumericLoss):
+    """EMO (Ren et al., 2024) with a frozen cost embedding: a copy of the LM-head weight [V, H]
+    taken at the start of training. Rows are L2-normalised here, once, in fp32."""
+
+    name = "emo"
+
+    def __init__(self, vocab: Optional[DigitVocab], cost_embedding: torch.Tensor, validate: bool = True):
+        super().__init__(vocab, 0.0, validate)
+        if cost_embedding is None or cost_embedding.dim() != 2:
+            raise ValueError("emo: cost_embedding must be the LM-head weight, a [V, H] tensor")
+        if not bool(torch.isfinite(cost_embedding).all()):
+            raise ValueError("emo: cost_embedding holds NaN/inf values")
+        embedding = F.normalize(cost_embedding.detach().to(torch.promote_types(cost_embedding.dtype, torch.float32)), dim=-1)
+        self.register_buffer("cost_embedding", embedding, persistent=False)
+
+    def token_part(self, batch: Batch, ce: torch.Tensor) -> torch.Tensor:
+        vocab_size = batch.logits.shape[-1]
+        if self.cost_embedding.shape[0] != vocab_size:
+            raise ValueError(
+                f"emo: cost_embedding has {self.cost_embedding.shape[0]} rows but the logits have "
+                f"V={vocab_size}; pass the LM-head weight of this model"
+            )
+        embedding = self.cost_embedding.to(device=batch.logits.device, dtype=batch.logits.dtype)
+        return emo_from_ce(batch.logits, batch.labels, ce, embedding)
+
+
+class DigitAuxLoss(NumericLoss):
+    """CE plus ``weight`` times the mean over digit positions of a digit term."""
+
+    needs_vocab = True
+
+    def __init__(self, vocab: DigitVocab, weight: float, validate: bool = True):
+        if weight < 0:
+            raise ValueError(f"{self.name}: weight must be >= 0, got {weight}")
+        super().__init__(vocab, weight, validate)
+
+
+class DELLoss(DigitAuxLoss):
+    """Digit Entropy Loss (DEL_SPEC.md section 3)."""
+
+    name = "del"
+
+    def digit_part(self, batch: Batch) -> torch.Tensor:
+        return del_term(batch.digit_logits, batch.target_digit, batch.spans.place_value)
+
+
+class NTLWASLoss(DigitAuxLoss):
+    """Number Token Loss, Wasserstein variant (Zausinger et al., 2025)."""
+
+    name = "ntl_was"
+
+    def digit_part(self, batch: Batch) -> torch.Tensor:
+        return ntl_was_term(batch.digit_logits, batch.target_digit)
+
+
+class NTLMSELoss(DigitAuxLoss):
+    """Number Token Loss, squared-error variant."""
+
+    name = "ntl_mse"
+
+    def digit_part(self, batch: Batch) -> torch.Tensor:
+        return ntl_mse_term(batch.digit_logits, batch.target_digit)
+
+
+class DIST2Loss(DigitAuxLoss):
+    """DIST2Loss (Chung et al., 2026); ``place_weighted`` multiplies each term by the integer place
+    k (units 1, tens 2, ...; fractional digits counted as a separate integer), the DEL authors'
+    variant, off by default."""
+
+    name = "dist2"
+
+    def __init__(self, vocab: DigitVocab, weight: float, tau: float = 1.0, place_weighted: bool = False, validate: bool = True):
+        super().__init__(vocab, weight, validate)
+        if tau <= 0:
+            raise ValueError(f"dist2: tau must be > 0, got {tau}")
+        self.tau = float(tau)
+        self.place_weighted = bool(place_weighted)
+
+    def digit_part(self, batch: Batch) -> torch.Tensor:
+        term = dist2_term(batch.digit_logits, batch.target_digit, self.tau)
+        if self.place_weighted:
+            term = term * batch.spans.place_index.to(term.dtype)
+        return term
+
+
+_LOSSES = {
+    "mle": (MLELoss, None),
+    "mixce": (MixCELoss, None),
+    "emo": (EMOLoss, None),
+    "ntl_was": (NTLWASLoss, NTL_DEFAULT_WEIGHT),
+    "ntl_mse": (NTLMSELoss, NTL_DEFAULT_WEIGHT),
+    "dist2": (DIST2Loss, DIST2_DEFAULT_WEIGHT),
+    "del": (DELLoss, DEL_DEFAULT_WEIGHT),
+}
+LOSS_NAMES = tuple(_LOSSES)
+
+
+def build_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float] = None, **options) -> NumericLoss:
+    """Build a loss by name: one of ``mle mixce emo ntl_was ntl_mse dist2 del``.
+
+    ``weight`` is lambda (DEL, NTL, DIST2; defaults 0.128, 0.3, 0.1). Other options by loss:
+    ``eta`` (mixce, 0.5), ``cost_embedding`` (emo, required), ``tau`` and ``place_weighted``
+    (dist2), ``validate`` (all, default True). ``vocab`` may be None for mle/mixce/emo (then no
+    digit metrics are reported).
+    """
+    key = name.lower().replace("-", "_")
+    if key not in _LOSSES:
+        raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSS_NAMES)}")
+    cls, default_weight = _LOSSES[key]
+    if default_weight is None:
+        if weight is not None:
+            raise TypeError(f"loss {key!r} has no weight lambda (MixCE takes eta=, EMO has none)")
+        return cls(vocab, **options)
+    return cls(vocab, default_weight if weight is None else weight, **options)
