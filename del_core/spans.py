@@ -28,7 +28,7 @@ class NumberSpans(NamedTuple):
     is_digit:    bool, the label is one of the ten digit tokens.
     is_point:    bool, the label is the point token.
     digit_value: int64, 0..9 at digit positions, -1 elsewhere.
-    place_value: float32, u of the spec at digits, 0 at points and outside numbers.
+    place_value: float64, u of the spec at digits, 0 at points and outside numbers.
     place_index: int64, integer place k >= 1 at digits (units 1, tens 2, ...; the fractional part
                  counted as a separate integer: "3.14" -> 1 . 2 1), 0 elsewhere.
     span_start:  bool, the position opens a span.
@@ -95,8 +95,10 @@ def number_spans(labels: torch.Tensor, vocab: DigitVocab) -> NumberSpans:
     fraction_part = flat_digit & (j > p)
     k_int = (p - j).clamp_min(0)
     m = (j - p).clamp_min(0)
-    u = torch.where(integer_part, 2.0 * k_int.to(torch.float32), torch.zeros(n, device=device))
-    u = torch.where(fraction_part, torch.pow(torch.tensor(FRACTION_BASE, device=device), -(m + 1).to(torch.float32)), u)
+    # float64 so that float64 losses (gradcheck) see exact place values; it is N numbers.
+    u = torch.where(integer_part, 2.0 * k_int.to(torch.float64), torch.zeros(n, dtype=torch.float64, device=device))
+    base = torch.tensor(FRACTION_BASE, dtype=torch.float64, device=device)
+    u = torch.where(fraction_part, torch.pow(base, -(m + 1).to(torch.float64)), u)
 
     # Fractional digits as a separate integer: count the digits from j to the span's end.
     digits_before = torch.cumsum(flat_digit.to(torch.long), 0) - flat_digit.to(torch.long)

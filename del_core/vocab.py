@@ -153,30 +153,27 @@ def _single_char_tokens(tokenizer: Any, chars: Sequence[str]) -> dict[str, int]:
 
 
 def _check_encoding(tokenizer: Any, vocab: DigitVocab, name: str) -> None:
-    """Encode the probe text and check that every digit/point token is one the vocab names."""
-    ids = _probe_ids(tokenizer)
-    expected = {c: i for c, i in zip(DIGIT_TEXTS, vocab.digit_ids)}
-    expected[POINT_TEXT] = vocab.point_id
+    """Encode the probe text and check that every digit comes out as one of the ten digit tokens
+    and every bare point as the point token."""
+    known = dict(zip(vocab.digit_ids, DIGIT_TEXTS))
+    known[vocab.point_id] = POINT_TEXT
     seen_digits = set()
-    for tid in ids:
+    for tid in _probe_ids(tokenizer):
+        if tid in known:
+            seen_digits.add(known[tid])
+            continue
         text = _token_text(tokenizer, tid)
-        if text == POINT_TEXT and tokenizer.decode([tid], clean_up_tokenization_spaces=False) != POINT_TEXT:
-            continue  # a point glued to a space (Qwen2's ' .') is another token, not a number's point
-        if text in expected:
-            if tid != expected[text]:
-                raise ValueError(
-                    f"tokenizer {name!r} encodes {text!r} as id {tid}, but its vocabulary token "
-                    f"{text!r} has id {expected[text]}: two tokens stand for the same character"
-                )
-            if text != POINT_TEXT:
-                seen_digits.add(text)
-        elif any(ch in DIGIT_TEXTS for ch in text):
+        if any(ch in DIGIT_TEXTS for ch in text):
             raise ValueError(
-                f"tokenizer {name!r} encodes a digit inside the token {text!r} (id {tid}); "
-                "numbers must be written one digit per token"
+                f"tokenizer {name!r} encodes a digit as the token {text!r} (id {tid}), not as one of "
+                f"the digit tokens {vocab.digit_ids}; numbers must be written one digit per token"
             )
-    if seen_digits != set(DIGIT_TEXTS):
+        # A point glued to a space (Qwen2's ' .', SentencePiece's '\u2581.') is another token,
+        # not a number's point; only a second bare '.' token would be ambiguous.
+        if tokenizer.convert_ids_to_tokens(tid) == POINT_TEXT:
+            raise ValueError(f"tokenizer {name!r} has two bare '.' tokens: ids {vocab.point_id} and {tid}")
+    missing = sorted(set(DIGIT_TEXTS) - seen_digits)
+    if missing:
         raise ValueError(
-            f"tokenizer {name!r}: encoding {PROBE_TEXT!r} did not produce every digit token "
-            f"(missing {sorted(set(DIGIT_TEXTS) - seen_digits)})"
+            f"tokenizer {name!r}: encoding {PROBE_TEXT!r} did not produce the digit tokens {missing}"
         )

@@ -17,8 +17,8 @@ import torch
 
 from ..spans import NumberSpans, number_spans
 from ..vocab import DigitVocab
+from .cross_entropy import IGNORE_INDEX, compute_dtype, cross_entropy_with_digit_logits
 from .digit_terms import digit_entropy
-from .token_terms import IGNORE_INDEX, token_ce
 
 Normaliser = Optional[Union[int, float, torch.Tensor]]
 
@@ -43,19 +43,22 @@ class LossOutput:
 
 @dataclass
 class Batch:
-    """A validated, flattened batch. ``logits`` [N, V] in the compute dtype, the rest [N]."""
+    """A validated, flattened batch.
+
+    logits:       [N, V] as given (any float dtype); ``dtype`` is the compute dtype.
+    labels/valid: [N] int64 / bool.
+    spans:        flattened :class:`NumberSpans` ([N] each), None without a vocabulary.
+    digit_logits: [N, 10] in the compute dtype, zero outside digit positions; None without vocab.
+    target_digit: [N] int64, the target digit at digit positions, 0 elsewhere.
+    """
 
     logits: torch.Tensor
     labels: torch.Tensor
     valid: torch.Tensor
-    spans: Optional[NumberSpans]
-    digit_logits: Optional[torch.Tensor]
-    target_digit: Optional[torch.Tensor]
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """fp32 for half/bf16/fp32 input; float64 stays float64 (for gradcheck)."""
-    return torch.promote_types(dtype, torch.float32)
+    dtype: torch.dtype
+    spans: Optional[NumberSpans] = None
+    digit_logits: Optional[torch.Tensor] = None
+    target_digit: Optional[torch.Tensor] = None
 
 
 class NumericLoss(torch.nn.Module):
@@ -98,8 +101,13 @@ class NumericLoss(torch.nn.Module):
         """``logits`` [..., T, V] of any float dtype, ``labels`` [..., T] int64 (-100 = ignored),
         aligned position by position (the caller shifts). Returns a :class:`LossOutput`."""
         batch = self._prepare(logits, labels)
-        dtype = batch.logits.dtype
-        ce_t = token_ce(batch.logits, batch.labels)
+        dtype = batch.dtype
+        digit_ids = self.vocab.digit_tensor(logits.device) if self.vocab is not None else None
+        ce_t, digit_logits = cross_entropy_with_digit_logits(batch.logits, batch.labels, digit_ids)
+        if digit_logits is not None:
+            # Zeros outside digit positions keep masked-out terms (and their gradients) finite
+            # even where the logits hold -inf (masked vocabulary entries).
+            batch.digit_logits = torch.where(batch.spans.is_digit.unsqueeze(-1), digit_logits, 0.0)
         n_tokens = batch.valid.sum()
         is_digit = batch.spans.is_digit if batch.spans is not None else None
         n_digits = is_digit.sum() if is_digit is not None else torch.zeros_like(n_tokens)
@@ -139,21 +147,13 @@ class NumericLoss(torch.nn.Module):
         labels = labels.long()
         if self.validate:
             _check_label_ids(labels, vocab_size)
-        spans = None
-        digit_logits = target_digit = None
-        flat_logits = logits.reshape(-1, vocab_size).to(compute_dtype(logits.dtype))
+        flat_labels = labels.reshape(-1)
+        batch = Batch(logits.reshape(-1, vocab_size), flat_labels, flat_labels != IGNORE_INDEX, compute_dtype(logits.dtype))
         if self.vocab is not None:
             self.vocab.check_fits(vocab_size)
-            spans = number_spans(labels, self.vocab)
-            spans = NumberSpans(*(t.reshape(-1) for t in spans))
-            # Zeros outside digit positions keep masked-out terms (and their gradients) finite
-            # even where the logits hold -inf (masked vocabulary entries).
-            digit_logits = torch.where(
-                spans.is_digit.unsqueeze(-1), flat_logits[:, self.vocab.digit_tensor(logits.device)], 0.0
-            )
-            target_digit = spans.digit_value.clamp_min(0)
-        flat_labels = labels.reshape(-1)
-        return Batch(flat_logits, flat_labels, flat_labels != IGNORE_INDEX, spans, digit_logits, target_digit)
+            batch.spans = NumberSpans(*(t.reshape(-1) for t in number_spans(labels, self.vocab)))
+            batch.target_digit = batch.spans.digit_value.clamp_min(0)
+        return batch
 
     def _metrics(self, batch: Batch, n_tokens: torch.Tensor, n_digits: torch.Tensor) -> dict[str, torch.Tensor]:
         metrics = {"n_tokens": n_tokens.detach().float(), "n_digits": n_digits.detach().float()}

@@ -62,8 +62,8 @@ class EMOLoss(NumericLoss):
                 f"emo: cost_embedding has {self.cost_embedding.shape[0]} rows but the logits have "
                 f"V={vocab_size}; pass the LM-head weight of this model"
             )
-        embedding = self.cost_embedding.to(device=batch.logits.device, dtype=batch.logits.dtype)
-        return emo_from_ce(batch.logits, batch.labels, ce, embedding)
+        embedding = self.cost_embedding.to(device=batch.logits.device, dtype=batch.dtype)
+        return emo_from_ce(batch.logits.to(batch.dtype), batch.labels, ce, embedding)
 
 
 class DigitAuxLoss(NumericLoss):
@@ -149,6 +149,8 @@ def build_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float] =
     if key not in _LOSSES:
         raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSS_NAMES)}")
     cls, default_weight = _LOSSES[key]
+    if key == "emo" and options.get("cost_embedding") is None:
+        raise TypeError("loss 'emo' needs cost_embedding=<the LM-head weight [V, H] at the start of training>")
     if default_weight is None:
         if weight is not None:
             raise TypeError(f"loss {key!r} has no weight lambda (MixCE takes eta=, EMO has none)")

@@ -1,19 +1,14 @@
-"""Per-token loss terms over the full vocabulary (pure tensor functions).
+"""Per-token loss terms that replace CE (pure tensor functions).
 
-``logits`` is [N, V] floating point in the compute dtype, ``target`` [N] int64 with -100 at
-ignored positions; every function returns a value per token, [N], 0 at ignored positions.
+``ce`` is the per-token cross-entropy [N] (see :mod:`.cross_entropy`); ``logits`` [N, V] in the
+compute dtype, ``target`` [N] int64 with -100 at ignored positions. Every function returns a value
+per token, [N], 0 at ignored positions.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-IGNORE_INDEX = -100
-
-
-def token_ce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Cross-entropy ``-log softmax(z)_y`` per token."""
-    return F.cross_entropy(logits, target, ignore_index=IGNORE_INDEX, reduction="none")
+from .cross_entropy import IGNORE_INDEX
 
 
 def mixce_from_ce(ce: torch.Tensor, eta: float = 0.5) -> torch.Tensor:

@@ -1,0 +1,359 @@
+"""Overhead of each numeric loss over plain cross-entropy: forward+backward time and peak memory.
+
+Run (not part of CI)::
+
+    python tests/bench/loss_overhead.py                      # full sweep
+    python tests/bench/loss_overhead.py --vocab-sizes 32000 --tokens 1024 --repeats 2 --warmup 1
+    python tests/bench/loss_overhead.py --losses del --json overhead.json
+
+Target (project issue): DEL must cost at most 1.05x the time of CE (``time_ratio <= 1.05`` on the
+``del`` rows, measured on the GPU at realistic sizes).
+
+For every vocabulary size V and token count N the script builds ONE batch, reused by all losses:
+
+* labels [1, N]: random non-digit token ids, 20% of the positions digit labels laid out as numbers
+  of 1..6 digits (some with a point inside, so multi-token spans with integer and fractional
+  parts exist) separated by other tokens, and about 5% ignored (-100) positions;
+* logits [1, N, V]: standard normal, ``requires_grad``, in ``--dtype``.
+
+It then measures the baseline ``CE`` (``F.cross_entropy(logits.float().view(-1, V), ...)`` and
+``backward()``) and ``build_loss(name, vocab)(logits, labels).loss.backward()`` for each loss
+(every loss already contains CE, so its row is "CE + the loss's extra term"). ``logits.grad`` is
+reset before every call. EMO gets a random [V, --emo-hidden] cost embedding, built with the loss
+and held before the measured call (so it is not counted in the peak).
+
+Time: median over ``--repeats`` calls after ``--warmup`` unmeasured calls, wall clock, with
+``torch.cuda.synchronize()`` before and after each call on CUDA.
+
+Peak memory (one extra call after the timed ones), as the increase above what is held just before
+the call (logits, labels, the loss module's buffers; ``logits.grad`` is None then, so the gradient
+counts in the peak):
+
+* CUDA: ``torch.cuda.max_memory_allocated()`` after ``torch.cuda.reset_peak_memory_stats()``,
+  minus ``torch.cuda.memory_allocated()`` before the call (tensor memory; allocator cache and
+  fragmentation are not counted).
+* CPU: a background thread samples ``psutil.Process().memory_info().rss`` every 1 ms during the
+  call; the peak is the largest sample minus the RSS before the call. This is approximate: peaks
+  shorter than the sampling interval can be missed, and memory the C allocator keeps cached from
+  earlier calls is reused without raising RSS (large tensors are mmap-ed and returned, so the
+  logits-sized buffers that dominate the peak are counted).
+
+Output: a progress line per measurement on stderr, then a markdown table (V, N, loss, time_ms,
+time_ratio and mem_ratio relative to CE at the same V and N, peak_MiB) on stdout; ``--json PATH``
+also writes the rows as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import math
+import random
+import statistics
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional
+
+import psutil
+import torch
+import torch.nn.functional as F
+
+from del_core import LOSS_NAMES, DigitVocab, build_loss
+
+IGNORE_INDEX = -100
+QWEN2_VOCAB = DigitVocab(digit_ids=tuple(range(15, 25)), point_id=13, name="qwen2")
+DIGIT_FRACTION = 0.20
+IGNORE_FRACTION = 0.05
+POINT_PROBABILITY = 0.25  # chance that a number of >= 2 digits carries a point
+MAX_NUMBER_DIGITS = 6
+MIB = 2 ** 20
+BASELINE = "CE"
+
+Step = Callable[[], None]
+
+
+@dataclass
+class Row:
+    """One measurement: a loss at one (V, N)."""
+
+    V: int
+    N: int
+    loss: str
+    time_ms: float
+    peak_MiB: float
+    time_ratio: float = math.nan
+    mem_ratio: float = math.nan
+    device: str = ""
+    dtype: str = ""
+
+
+# --- the batch ---------------------------------------------------------------------------------
+def make_labels(n_tokens: int, vocab_size: int, vocab: DigitVocab, rng: random.Random) -> torch.Tensor:
+    """int64 labels [1, N]: random ordinary tokens, ~20% digits in numbers, ~5% ignored."""
+    special = set(vocab.digit_ids) | {vocab.point_id}
+    labels = [_ordinary_token(vocab_size, special, rng) for _ in range(n_tokens)]
+    in_number = [False] * n_tokens
+    _place_numbers(labels, in_number, vocab, rng)
+    free = [i for i in range(n_tokens) if not in_number[i]]
+    for i in rng.sample(free, min(len(free), round(IGNORE_FRACTION * n_tokens))):
+        labels[i] = IGNORE_INDEX
+    return torch.tensor(labels, dtype=torch.long).view(1, n_tokens)
+
+
+def _ordinary_token(vocab_size: int, special: set[int], rng: random.Random) -> int:
+    """A random token id that is neither a digit nor the point."""
+    while True:
+        token = rng.randrange(vocab_size)
+        if token not in special:
+            return token
+
+
+def _place_numbers(labels: list[int], in_number: list[bool], vocab: DigitVocab, rng: random.Random) -> None:
+    """Write numbers into ``labels`` at random free places until 20% of the positions are digits.
+
+    Numbers never touch each other (one free position on each side), so each is its own span.
+    """
+    n_tokens = len(labels)
+    remaining = round(DIGIT_FRACTION * n_tokens)
+    attempts = 0
+    while remaining > 0 and attempts < 100 * n_tokens:
+        attempts += 1
+        tokens = _number_tokens(min(rng.randint(1, MAX_NUMBER_DIGITS), remaining), vocab, rng)
+        start = rng.randrange(n_tokens - len(tokens) + 1)
+        lo, hi = max(0, start - 1), min(n_tokens, start + len(tokens) + 1)
+        if any(in_number[lo:hi]):
+            continue
+        labels[start:start + len(tokens)] = tokens
+        in_number[start:start + len(tokens)] = [True] * len(tokens)
+        remaining -= sum(token != vocab.point_id for token in tokens)
+
+
+def _number_tokens(n_digits: int, vocab: DigitVocab, rng: random.Random) -> list[int]:
+    """Token ids of a random number with ``n_digits`` digits, sometimes with a point inside."""
+    tokens = [vocab.digit_ids[rng.randrange(10)] for _ in range(n_digits)]
+    if n_digits >= 2 and rng.random() < POINT_PROBABILITY:
+        tokens.insert(rng.randint(1, n_digits - 1), vocab.point_id)
+    return tokens
+
+
+def make_logits(n_tokens: int, vocab_size: int, dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:
+    """Standard-normal logits [1, N, V] that require grad."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    logits = torch.randn(1, n_tokens, vocab_size, generator=generator, device=device, dtype=dtype)
+    return logits.requires_grad_(True)
+
+
+# --- the measured steps ------------------------------------------------------------------------
+def ce_step(logits: torch.Tensor, labels: torch.Tensor) -> Step:
+    """The baseline: fp32 cross-entropy over all positions, then backward."""
+    vocab_size = logits.shape[-1]
+
+    def step() -> None:
+        loss = F.cross_entropy(logits.float().view(-1, vocab_size), labels.view(-1), ignore_index=IGNORE_INDEX)
+        loss.backward()
+
+    return step
+
+
+def loss_step(loss_fn: torch.nn.Module, logits: torch.Tensor, labels: torch.Tensor) -> Step:
+    """``loss_fn(logits, labels).loss`` then backward."""
+
+    def step() -> None:
+        loss_fn(logits, labels).loss.backward()
+
+    return step
+
+
+def build_named_loss(name: str, vocab_size: int, args: argparse.Namespace) -> torch.nn.Module:
+    """``build_loss(name, QWEN2_VOCAB)``; EMO gets a random [V, H] cost embedding."""
+    options = {"validate": not args.no_validate}
+    if name == "emo":
+        generator = torch.Generator(device=args.device).manual_seed(args.seed + 1)
+        options["cost_embedding"] = torch.randn(vocab_size, args.emo_hidden, generator=generator, device=args.device)
+    return build_loss(name, QWEN2_VOCAB, **options).to(args.device)
+
+
+# --- timing and memory -------------------------------------------------------------------------
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_once(step: Step, logits: torch.Tensor) -> None:
+    """One call with a fresh gradient."""
+    logits.grad = None
+    step()
+
+
+def median_time_ms(step: Step, logits: torch.Tensor, repeats: int, warmup: int) -> float:
+    """Median wall time of ``repeats`` calls after ``warmup`` calls, in milliseconds."""
+    device = logits.device
+    for _ in range(warmup):
+        run_once(step, logits)
+    times = []
+    for _ in range(repeats):
+        logits.grad = None
+        synchronize(device)
+        start = time.perf_counter()
+        step()
+        synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def peak_memory_mib(step: Step, logits: torch.Tensor) -> float:
+    """Peak memory of one call above what is held before it, in MiB (see the module docstring)."""
+    logits.grad = None
+    gc.collect()
+    if logits.device.type == "cuda":
+        return _cuda_peak(step, logits.device) / MIB
+    return _rss_peak(step) / MIB
+
+
+def _cuda_peak(step: Step, device: torch.device) -> int:
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device) - before
+
+
+def _rss_peak(step: Step, interval_s: float = 1e-3) -> int:
+    process = psutil.Process()
+    before = process.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], process.memory_info().rss)
+            done.wait(interval_s)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        step()
+    finally:
+        done.set()
+        sampler.join()
+    return max(peak[0], process.memory_info().rss) - before
+
+
+def measure(name: str, step: Step, logits: torch.Tensor, args: argparse.Namespace) -> Row:
+    """Time and peak memory of one step at the logits' (V, N)."""
+    n_tokens, vocab_size = logits.shape[-2], logits.shape[-1]
+    try:
+        time_ms = median_time_ms(step, logits, args.repeats, args.warmup)
+        peak = peak_memory_mib(step, logits)
+    except torch.cuda.OutOfMemoryError:
+        time_ms = peak = math.nan
+    finally:
+        logits.grad = None
+    row = Row(vocab_size, n_tokens, name, time_ms, peak, device=str(logits.device), dtype=str(logits.dtype).replace("torch.", ""))
+    print(f"V={vocab_size:>6} N={n_tokens:>5} {name:<8} {time_ms:10.2f} ms {peak:10.1f} MiB", file=sys.stderr, flush=True)
+    return row
+
+
+# --- the sweep ---------------------------------------------------------------------------------
+def bench_config(vocab_size: int, n_tokens: int, args: argparse.Namespace) -> list[Row]:
+    """All rows at one (V, N): CE first, then each loss; ratios relative to CE."""
+    labels = make_labels(n_tokens, vocab_size, QWEN2_VOCAB, random.Random(args.seed)).to(args.device)
+    logits = make_logits(n_tokens, vocab_size, args.dtype, args.device, args.seed)
+    rows = [measure(BASELINE, ce_step(logits, labels), logits, args)]
+    for name in args.losses:
+        loss_fn = build_named_loss(name, vocab_size, args)
+        rows.append(measure(name, loss_step(loss_fn, logits, labels), logits, args))
+        del loss_fn
+    add_ratios(rows)
+    del logits, labels
+    release_memory(args.device)
+    return rows
+
+
+def add_ratios(rows: list[Row]) -> None:
+    """Fill time_ratio and mem_ratio relative to the first (CE) row."""
+    base = rows[0]
+    for row in rows:
+        row.time_ratio = _ratio(row.time_ms, base.time_ms)
+        row.mem_ratio = _ratio(row.peak_MiB, base.peak_MiB)
+
+
+def _ratio(value: float, base: float) -> float:
+    return value / base if base > 0 else math.nan
+
+
+def release_memory(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def markdown_table(rows: list[Row]) -> str:
+    """The rows as a markdown table."""
+    lines = ["| V | N | loss | time_ms | time_ratio | peak_MiB | mem_ratio |", "|---:|---:|:---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(
+            f"| {r.V} | {r.N} | {r.loss} | {r.time_ms:.2f} | {r.time_ratio:.3f} | {r.peak_MiB:.1f} | {r.mem_ratio:.3f} |"
+        )
+    return "\n".join(lines)
+
+
+def json_row(row: Row) -> dict:
+    """The row as a dict, NaN (out of memory, zero baseline) written as null."""
+    return {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in asdict(row).items()}
+
+
+# --- command line ------------------------------------------------------------------------------
+def _int_list(text: str) -> list[int]:
+    return [int(part) for part in text.replace(",", " ").split()]
+
+
+def _name_list(text: str) -> list[str]:
+    names = [part.lower().replace("-", "_") for part in text.replace(",", " ").split()]
+    unknown = [name for name in names if name not in LOSS_NAMES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown loss(es) {unknown}; choose from {', '.join(LOSS_NAMES)}")
+    return names
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vocab-sizes", type=_int_list, default=[151936, 32000], help="comma-separated V (default: 151936,32000)")
+    parser.add_argument("--tokens", type=_int_list, default=[1024, 2048, 4096, 8192], help="comma-separated N (default: 1024,2048,4096,8192)")
+    parser.add_argument("--losses", type=_name_list, default=list(LOSS_NAMES), help=f"comma-separated (default: {','.join(LOSS_NAMES)})")
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (median reported)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None, help="logits dtype (default: bfloat16 on cuda, float32 on cpu)")
+    parser.add_argument("--emo-hidden", type=int, default=1536, help="hidden size H of EMO's [V, H] cost embedding")
+    parser.add_argument("--no-validate", action="store_true", help="build the losses with validate=False (no host syncs)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON to PATH")
+    args = parser.parse_args(argv)
+    if args.repeats < 1 or args.warmup < 0:
+        parser.error("--repeats must be >= 1 and --warmup >= 0")
+    args.device = torch.device(args.device)
+    if args.dtype is None:
+        args.dtype = "bfloat16" if args.device.type == "cuda" else "float32"
+    args.dtype = getattr(torch, args.dtype)
+    return args
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    args = parse_args(argv)
+    print(f"device={args.device} dtype={args.dtype} repeats={args.repeats} warmup={args.warmup}", file=sys.stderr, flush=True)
+    rows: list[Row] = []
+    for vocab_size in args.vocab_sizes:
+        for n_tokens in args.tokens:
+            rows.extend(bench_config(vocab_size, n_tokens, args))
+    print(markdown_table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump([json_row(row) for row in rows], handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
