@@ -39,7 +39,8 @@ counts in the peak):
   logits-sized buffers that dominate the peak are counted).
 
 Output: a progress line per measurement on stderr, then a markdown table (V, N, loss, time_ms,
-time_ratio and mem_ratio relative to CE at the same V and N, peak_MiB) on stdout; ``--json PATH``
+time_ratio and mem_ratio relative to CE at the same V and N, time_vs_mle relative to the ``mle``
+row, i.e. the cost of the auxiliary term alone, peak_MiB) on stdout; ``--json PATH``
 also writes the rows as JSON.
 """
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Row:
     peak_MiB: float
     time_ratio: float = math.nan
     mem_ratio: float = math.nan
+    time_vs_mle: float = math.nan
     device: str = ""
     dtype: str = ""
 
@@ -274,11 +276,15 @@ def bench_config(vocab_size: int, n_tokens: int, args: argparse.Namespace) -> li
 
 
 def add_ratios(rows: list[Row]) -> None:
-    """Fill time_ratio and mem_ratio relative to the first (CE) row."""
+    """Fill time_ratio and mem_ratio relative to the first (CE) row, and time_vs_mle relative to
+    the ``mle`` row (the same fused CE without an auxiliary term: the cost of the term alone)."""
     base = rows[0]
+    mle = next((row for row in rows if row.loss == "mle"), None)
     for row in rows:
         row.time_ratio = _ratio(row.time_ms, base.time_ms)
         row.mem_ratio = _ratio(row.peak_MiB, base.peak_MiB)
+        if mle is not None:
+            row.time_vs_mle = _ratio(row.time_ms, mle.time_ms)
 
 
 def _ratio(value: float, base: float) -> float:
@@ -293,10 +299,14 @@ def release_memory(device: torch.device) -> None:
 
 def markdown_table(rows: list[Row]) -> str:
     """The rows as a markdown table."""
-    lines = ["| V | N | loss | time_ms | time_ratio | peak_MiB | mem_ratio |", "|---:|---:|:---|---:|---:|---:|---:|"]
+    lines = [
+        "| V | N | loss | time_ms | time_ratio | time_vs_mle | peak_MiB | mem_ratio |",
+        "|---:|---:|:---|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         lines.append(
-            f"| {r.V} | {r.N} | {r.loss} | {r.time_ms:.2f} | {r.time_ratio:.3f} | {r.peak_MiB:.1f} | {r.mem_ratio:.3f} |"
+            f"| {r.V} | {r.N} | {r.loss} | {r.time_ms:.2f} | {r.time_ratio:.3f} | {r.time_vs_mle:.3f} "
+            f"| {r.peak_MiB:.1f} | {r.mem_ratio:.3f} |"
         )
     return "\n".join(lines)
 

@@ -1,0 +1,64 @@
+"""The README's first command, end to end on a tiny random Qwen2 model with the real Qwen2 tokenizer."""
+import re
+from decimal import Decimal
+
+import pytest
+import torch
+
+from conftest import real_tokenizer
+from recipes import loss_demo
+from recipes.synthetic_math import make_problems
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = real_tokenizer("qwen2")
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=151_936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    path = tmp_path_factory.mktemp("tiny-qwen2")
+    Qwen2ForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_demo_runs_end_to_end(tiny_model_dir, capsys):
+    loss_demo.main(["--model", str(tiny_model_dir), "--eval-problems", "3", "--steps", "2", "--batch-size", "2", "--threads", "2"])
+    out = capsys.readouterr().out
+    assert "Digit vocabulary (single-digit): '0'..'9' = [15, 16, 17, 18, 19, 20, 21, 22, 23, 24], '.' = 13" in out
+    for name in ("mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del"):
+        row = re.search(rf"^\s+{name}\s+([-\d.]+)\s+([-\d.]+)", out, re.M)
+        assert row and all(abs(float(v)) < 100 for v in row.groups()), name
+    assert "[del] step   2/2" in out and "[mle] step   2/2" in out
+    assert re.search(r"^\s+del\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[\d.]+$", out, re.M)
+
+
+def test_encode_masks_prompt_and_shifts_labels():
+    tokenizer = real_tokenizer("qwen2")
+    rows = make_problems(2, seed=3)
+    input_ids, attention, labels = loss_demo.encode(rows, tokenizer)
+    for i, row in enumerate(rows):
+        n = int(attention[i].sum())
+        answer = tokenizer(row["output"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        # Position t predicts token t + 1: the labelled positions are the answer tokens.
+        assert labels[i][labels[i] != -100].tolist() == answer
+        assert labels[i, : n - 1].tolist()[-len(answer):] == input_ids[i, n - len(answer) : n].tolist()
+        assert (labels[i, n - 1 :] == -100).all()
+
+
+def test_synthetic_problems_are_exact_and_seeded():
+    rows = make_problems(50, seed=7)
+    assert rows == make_problems(50, seed=7) and rows != make_problems(50, seed=8)
+    for row in rows:
+        step, final = row["output"].split("\n")
+        assert final == f"The answer is {row['answer']}."
+        lhs, rhs = step.split(" = ")
+        op = lhs.split(" ")[1]
+        terms = [Decimal(t) for t in lhs.split(" ")[::2]]
+        expected = {"+": sum(terms), "-": terms[0] - terms[1], "*": terms[0] * terms[1], "/": terms[0] / terms[1]}[op]
+        assert Decimal(rhs) == expected and Decimal(row["answer"]) == expected
