@@ -127,7 +127,7 @@ class NumericLoss(torch.nn.Module):
             aux = aux + self.weight * term.sum() / dig_norm
         loss = ce + aux
         if self.validate and not bool(torch.isfinite(loss.detach())):
-            raise FloatingPointError(_describe_non_finite(self.name, logits, labels, loss))
+            raise FloatingPointError(_describe_non_finite(self.name, logits, loss))
         return LossOutput(loss=loss, ce=ce, aux=aux, metrics=self._metrics(batch, n_tokens, n_digits))
 
     # --- internals -------------------------------------------------------------------------
@@ -199,7 +199,7 @@ def _check_label_ids(labels: torch.Tensor, vocab_size: int) -> None:
         )
 
 
-def _describe_non_finite(name: str, logits: torch.Tensor, labels: torch.Tensor, loss: torch.Tensor) -> str:
+def _describe_non_finite(name: str, logits: torch.Tensor, loss: torch.Tensor) -> str:
     bad = ~torch.isfinite(logits)
     msg = f"loss {name!r} is {float(loss)}"
     if bool(bad.any()):

