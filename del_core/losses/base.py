@@ -17,8 +17,8 @@ import torch
 
 from ..spans import NumberSpans, number_spans
 from ..vocab import DigitVocab
-from .cross_entropy import IGNORE_INDEX, compute_dtype, cross_entropy_with_digit_logits
 from .digit_terms import digit_entropy
+from .statistics import IGNORE_INDEX, LogitStats, VocabSlice, compute_dtype, hidden_statistics, logit_statistics
 
 Normaliser = Optional[Union[int, float, torch.Tensor]]
 
@@ -43,20 +43,20 @@ class LossOutput:
 
 @dataclass
 class Batch:
-    """A validated, flattened batch.
+    """A validated, flattened batch and the statistics of its logits.
 
-    logits:       [N, V] as given (any float dtype); ``dtype`` is the compute dtype.
-    labels/valid: [N] int64 / bool.
+    labels/valid: [N] int64 / bool; ``dtype`` is the compute dtype.
+    stats:        :class:`LogitStats` of the logits (see :mod:`.statistics`).
     spans:        flattened :class:`NumberSpans` ([N] each), None without a vocabulary.
     digit_logits: [N, 10] in the compute dtype, zero outside digit positions; None without vocab.
     target_digit: [N] int64, the target digit at digit positions, 0 elsewhere.
     """
 
-    logits: torch.Tensor
     labels: torch.Tensor
     valid: torch.Tensor
     dtype: torch.dtype
     spans: Optional[NumberSpans] = None
+    stats: Optional[LogitStats] = None
     digit_logits: Optional[torch.Tensor] = None
     target_digit: Optional[torch.Tensor] = None
 
@@ -90,6 +90,10 @@ class NumericLoss(torch.nn.Module):
         """Per-position auxiliary term [N] (only digit positions are summed), or None."""
         return None
 
+    def cost_embedding_rows(self) -> Optional[torch.Tensor]:
+        """The cost embedding E [V or V_local, H] whose expectation ``softmax(z) @ E`` the loss needs."""
+        return None
+
     # --- the interface ---------------------------------------------------------------------
     def forward(
         self,
@@ -97,17 +101,72 @@ class NumericLoss(torch.nn.Module):
         labels: torch.Tensor,
         num_tokens: Normaliser = None,
         num_digits: Normaliser = None,
+        *,
+        vocab_slice: Optional[VocabSlice] = None,
     ) -> LossOutput:
         """``logits`` [..., T, V] of any float dtype, ``labels`` [..., T] int64 (-100 = ignored),
-        aligned position by position (the caller shifts). Returns a :class:`LossOutput`."""
-        batch = self._prepare(logits, labels)
+        aligned position by position (the caller shifts). With ``vocab_slice`` the logits hold only
+        that slice's columns (tensor parallelism, see ``del_core.parallel``)."""
+        if not torch.is_floating_point(logits):
+            raise TypeError(f"logits must be floating point, got {logits.dtype}")
+        _check_shapes(logits, labels, "logits")
+        vocab_slice = vocab_slice or VocabSlice.full(logits.shape[-1])
+        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(logits.dtype))
+        batch.stats = logit_statistics(
+            logits.reshape(-1, logits.shape[-1]), batch.labels, self._digit_ids(), self.cost_embedding_rows(), vocab_slice
+        )
+        return self._compose(batch, num_tokens, num_digits, logits)
+
+    def from_hidden(
+        self,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        labels: torch.Tensor,
+        num_tokens: Normaliser = None,
+        num_digits: Normaliser = None,
+        *,
+        vocab_slice: Optional[VocabSlice] = None,
+        chunk_size: int = 1024,
+    ) -> LossOutput:
+        """The same loss from hidden states [..., T, H] and the LM-head weight [V or V_local, H],
+        ``chunk_size`` tokens at a time: the [N, V] logits are never held whole. Gradients flow to
+        ``hidden`` and ``weight``."""
+        if not torch.is_floating_point(hidden):
+            raise TypeError(f"hidden states must be floating point, got {hidden.dtype}")
+        _check_shapes(hidden, labels, "hidden")
+        vocab_slice = vocab_slice or VocabSlice.full(weight.shape[0])
+        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(hidden.dtype))
+        batch.stats = hidden_statistics(
+            hidden.reshape(-1, hidden.shape[-1]), weight, batch.labels, self._digit_ids(),
+            self.cost_embedding_rows(), vocab_slice, chunk_size,
+        )
+        return self._compose(batch, num_tokens, num_digits, hidden)
+
+    # --- internals -------------------------------------------------------------------------
+    def _digit_ids(self):
+        return self.vocab.digit_ids if self.vocab is not None else None
+
+    def _prepare(self, labels: torch.Tensor, vocab_size: int, dtype: torch.dtype) -> Batch:
+        if labels.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"labels must be int64 token ids, got {labels.dtype}")
+        labels = labels.long()
+        if self.validate:
+            _check_label_ids(labels, vocab_size)
+        flat = labels.reshape(-1)
+        batch = Batch(flat, flat != IGNORE_INDEX, dtype)
+        if self.vocab is not None:
+            self.vocab.check_fits(vocab_size)
+            batch.spans = NumberSpans(*(t.reshape(-1) for t in number_spans(labels, self.vocab)))
+            batch.target_digit = batch.spans.digit_value.clamp_min(0)
+        return batch
+
+    def _compose(self, batch: Batch, num_tokens: Normaliser, num_digits: Normaliser, source: torch.Tensor) -> LossOutput:
         dtype = batch.dtype
-        digit_ids = self.vocab.digit_tensor(logits.device) if self.vocab is not None else None
-        ce_t, digit_logits = cross_entropy_with_digit_logits(batch.logits, batch.labels, digit_ids)
-        if digit_logits is not None:
+        ce_t = batch.stats.ce
+        if batch.stats.digit_logits is not None:
             # Zeros outside digit positions keep masked-out terms (and their gradients) finite
             # even where the logits hold -inf (masked vocabulary entries).
-            batch.digit_logits = torch.where(batch.spans.is_digit.unsqueeze(-1), digit_logits, 0.0)
+            batch.digit_logits = torch.where(batch.spans.is_digit.unsqueeze(-1), batch.stats.digit_logits, 0.0)
         n_tokens = batch.valid.sum()
         is_digit = batch.spans.is_digit if batch.spans is not None else None
         n_digits = is_digit.sum() if is_digit is not None else torch.zeros_like(n_tokens)
@@ -127,33 +186,8 @@ class NumericLoss(torch.nn.Module):
             aux = aux + self.weight * term.sum() / dig_norm
         loss = ce + aux
         if self.validate and not bool(torch.isfinite(loss.detach())):
-            raise FloatingPointError(_describe_non_finite(self.name, logits, loss))
+            raise FloatingPointError(_describe_non_finite(self.name, source, loss))
         return LossOutput(loss=loss, ce=ce, aux=aux, metrics=self._metrics(batch, n_tokens, n_digits))
-
-    # --- internals -------------------------------------------------------------------------
-    def _prepare(self, logits: torch.Tensor, labels: torch.Tensor) -> Batch:
-        if not torch.is_floating_point(logits):
-            raise TypeError(f"logits must be floating point, got {logits.dtype}")
-        if labels.dtype not in (torch.int64, torch.int32):
-            raise TypeError(f"labels must be int64 token ids, got {labels.dtype}")
-        if logits.dim() < 2 or logits.shape[:-1] != labels.shape:
-            raise ValueError(
-                f"logits {tuple(logits.shape)} must be labels {tuple(labels.shape)} plus a "
-                "vocabulary dimension (labels aligned position by position; the caller shifts)"
-            )
-        if labels.dim() < 1:
-            raise ValueError("labels need a sequence dimension")
-        vocab_size = logits.shape[-1]
-        labels = labels.long()
-        if self.validate:
-            _check_label_ids(labels, vocab_size)
-        flat_labels = labels.reshape(-1)
-        batch = Batch(logits.reshape(-1, vocab_size), flat_labels, flat_labels != IGNORE_INDEX, compute_dtype(logits.dtype))
-        if self.vocab is not None:
-            self.vocab.check_fits(vocab_size)
-            batch.spans = NumberSpans(*(t.reshape(-1) for t in number_spans(labels, self.vocab)))
-            batch.target_digit = batch.spans.digit_value.clamp_min(0)
-        return batch
 
     def _metrics(self, batch: Batch, n_tokens: torch.Tensor, n_digits: torch.Tensor) -> dict[str, torch.Tensor]:
         metrics = {"n_tokens": n_tokens.detach().float(), "n_digits": n_digits.detach().float()}
@@ -184,6 +218,14 @@ class NumericLoss(torch.nn.Module):
                 )
 
 
+def _check_shapes(source: torch.Tensor, labels: torch.Tensor, what: str) -> None:
+    if source.dim() < 2 or source.shape[:-1] != labels.shape:
+        raise ValueError(
+            f"{what} {tuple(source.shape)} must be labels {tuple(labels.shape)} plus one last dimension "
+            "(labels aligned position by position; the caller shifts)"
+        )
+
+
 def _normaliser(given: Normaliser, local: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     value = local if given is None else torch.as_tensor(given, device=local.device)
     return value.to(dtype).clamp_min(1.0)
@@ -199,15 +241,16 @@ def _check_label_ids(labels: torch.Tensor, vocab_size: int) -> None:
         )
 
 
-def _describe_non_finite(name: str, logits: torch.Tensor, loss: torch.Tensor) -> str:
-    bad = ~torch.isfinite(logits)
+def _describe_non_finite(name: str, source: torch.Tensor, loss: torch.Tensor) -> str:
+    """Error text for a non-finite loss; ``source`` is the logits or hidden states."""
+    bad = ~torch.isfinite(source)
     msg = f"loss {name!r} is {float(loss)}"
     if bool(bad.any()):
         rows = bad.any(-1).nonzero()
         msg += (
-            f": the logits hold {int(bad.sum())} NaN/inf values at {rows.shape[0]} positions, "
+            f": the inputs hold {int(bad.sum())} NaN/inf values at {rows.shape[0]} positions, "
             f"first at position {tuple(rows[0].tolist())}"
         )
     else:
-        msg += " although all logits are finite (overflow in the loss; check the logits' scale)"
+        msg += " although all inputs are finite (overflow, or -inf at a target's logit)"
     return msg

@@ -55,15 +55,12 @@ class EMOLoss(NumericLoss):
         embedding = F.normalize(cost_embedding.detach().to(torch.promote_types(cost_embedding.dtype, torch.float32)), dim=-1)
         self.register_buffer("cost_embedding", embedding, persistent=False)
 
+    def cost_embedding_rows(self) -> torch.Tensor:
+        return self.cost_embedding
+
     def token_part(self, batch: Batch, ce: torch.Tensor) -> torch.Tensor:
-        vocab_size = batch.logits.shape[-1]
-        if self.cost_embedding.shape[0] != vocab_size:
-            raise ValueError(
-                f"emo: cost_embedding has {self.cost_embedding.shape[0]} rows but the logits have "
-                f"V={vocab_size}; pass the LM-head weight of this model"
-            )
-        embedding = self.cost_embedding.to(device=batch.logits.device, dtype=batch.dtype)
-        return emo_from_ce(batch.logits.to(batch.dtype), batch.labels, ce, embedding)
+        stats = batch.stats
+        return emo_from_ce(ce, stats.expected, stats.target_embedding, batch.valid)
 
 
 class DigitAuxLoss(NumericLoss):

@@ -1,14 +1,11 @@
 """Per-token loss terms that replace CE (pure tensor functions).
 
-``ce`` is the per-token cross-entropy [N] (see :mod:`.cross_entropy`); ``logits`` [N, V] in the
-compute dtype, ``target`` [N] int64 with -100 at ignored positions. Every function returns a value
+``ce`` is the per-token cross-entropy [N] (see :mod:`.statistics`). Every function returns a value
 per token, [N], 0 at ignored positions.
 """
 from __future__ import annotations
 
 import torch
-
-from .cross_entropy import IGNORE_INDEX
 
 
 def mixce_from_ce(ce: torch.Tensor, eta: float = 0.5) -> torch.Tensor:
@@ -18,23 +15,20 @@ def mixce_from_ce(ce: torch.Tensor, eta: float = 0.5) -> torch.Tensor:
 
 
 def emo_from_ce(
-    logits: torch.Tensor,
-    target: torch.Tensor,
     ce: torch.Tensor,
-    cost_embedding: torch.Tensor,
+    expected: torch.Tensor,
+    target_embedding: torch.Tensor,
+    valid: torch.Tensor,
     eps: float = 1e-15,
 ) -> torch.Tensor:
     """EMO per token: ``0.5 * (ce + detach(ce / (emo + eps)) * emo)`` (DEL_SPEC.md section 4).
 
-    ``emo = 1 - <E[y], E^T q - detach(q_y) E[y]>`` with q the full softmax and ``cost_embedding``
-    E [V, H] the frozen, row-normalised LM-head weight (same dtype as ``logits``).
+    ``emo = 1 - <E[y], E^T q - detach(q_y) E[y]>`` with q the full softmax, from the statistics
+    ``expected = q @ E`` [N, H] and ``target_embedding = E[y]`` [N, H] of the frozen, row-normalised
+    cost embedding E; ``q_y = exp(-ce)``. ``valid`` [N] masks ignored positions.
     """
-    valid = target != IGNORE_INDEX
-    safe_target = torch.where(valid, target, torch.zeros_like(target))
-    q = torch.softmax(logits, dim=-1)
-    q_target = q.gather(-1, safe_target.unsqueeze(-1)).squeeze(-1)
-    e_target = cost_embedding[safe_target]
-    expected = q @ cost_embedding
-    emo = 1.0 - (e_target * (expected - q_target.detach().unsqueeze(-1) * e_target)).sum(-1)
+    q_target = torch.exp(-ce.detach())
+    moved = expected - q_target.unsqueeze(-1) * target_embedding
+    emo = 1.0 - (target_embedding * moved).sum(-1)
     per_token = 0.5 * (ce + (ce / (emo + eps)).detach() * emo)
     return torch.where(valid, per_token, torch.zeros_like(per_token))

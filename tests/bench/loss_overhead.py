@@ -22,8 +22,9 @@ It then measures the baseline ``CE`` (``F.cross_entropy(logits.float().view(-1, 
 reset before every call. EMO gets a random [V, --emo-hidden] cost embedding, built with the loss
 and held before the measured call (so it is not counted in the peak).
 
-Time: median over ``--repeats`` calls after ``--warmup`` unmeasured calls, wall clock, with
-``torch.cuda.synchronize()`` before and after each call on CUDA.
+Time: median over ``--repeats`` rounds after ``--warmup`` unmeasured rounds, wall clock, with
+``torch.cuda.synchronize()`` before and after each call on CUDA. A round calls every loss once in
+turn (interleaved), so drifts of a shared machine fall on all losses alike.
 
 Peak memory (one extra call after the timed ones), as the increase above what is held just before
 the call (logits, labels, the loss module's buffers; ``logits.grad`` is None then, so the gradient
@@ -189,20 +190,26 @@ def run_once(step: Step, logits: torch.Tensor) -> None:
     step()
 
 
-def median_time_ms(step: Step, logits: torch.Tensor, repeats: int, warmup: int) -> float:
-    """Median wall time of ``repeats`` calls after ``warmup`` calls, in milliseconds."""
+def interleaved_times_ms(steps: dict[str, Step], logits: torch.Tensor, repeats: int, warmup: int) -> dict[str, float]:
+    """Median wall time (ms) of each step over ``repeats`` rounds after ``warmup`` rounds.
+
+    Each round runs every step once, in turn, so slow drifts of the machine (other processes,
+    allocator state, thermal limits) fall on all steps alike instead of on whichever ran last.
+    """
     device = logits.device
     for _ in range(warmup):
-        run_once(step, logits)
-    times = []
+        for step in steps.values():
+            run_once(step, logits)
+    times: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(repeats):
-        logits.grad = None
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        for name, step in steps.items():
+            logits.grad = None
+            synchronize(device)
+            start = time.perf_counter()
+            step()
+            synchronize(device)
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: statistics.median(values) for name, values in times.items()}
 
 
 def peak_memory_mib(step: Step, logits: torch.Tensor) -> float:
@@ -244,19 +251,14 @@ def _rss_peak(step: Step, interval_s: float = 1e-3) -> int:
     return max(peak[0], process.memory_info().rss) - before
 
 
-def measure(name: str, step: Step, logits: torch.Tensor, args: argparse.Namespace) -> Row:
-    """Time and peak memory of one step at the logits' (V, N)."""
-    n_tokens, vocab_size = logits.shape[-2], logits.shape[-1]
+def measure_peak(name: str, step: Step, logits: torch.Tensor) -> float:
+    """Peak memory (MiB) of one call; NaN when it runs out of device memory."""
     try:
-        time_ms = median_time_ms(step, logits, args.repeats, args.warmup)
-        peak = peak_memory_mib(step, logits)
+        return peak_memory_mib(step, logits)
     except torch.cuda.OutOfMemoryError:
-        time_ms = peak = math.nan
+        return math.nan
     finally:
         logits.grad = None
-    row = Row(vocab_size, n_tokens, name, time_ms, peak, device=str(logits.device), dtype=str(logits.dtype).replace("torch.", ""))
-    print(f"V={vocab_size:>6} N={n_tokens:>5} {name:<8} {time_ms:10.2f} ms {peak:10.1f} MiB", file=sys.stderr, flush=True)
-    return row
 
 
 # --- the sweep ---------------------------------------------------------------------------------
@@ -264,13 +266,21 @@ def bench_config(vocab_size: int, n_tokens: int, args: argparse.Namespace) -> li
     """All rows at one (V, N): CE first, then each loss; ratios relative to CE."""
     labels = make_labels(n_tokens, vocab_size, QWEN2_VOCAB, random.Random(args.seed)).to(args.device)
     logits = make_logits(n_tokens, vocab_size, args.dtype, args.device, args.seed)
-    rows = [measure(BASELINE, ce_step(logits, labels), logits, args)]
+    steps: dict[str, Step] = {BASELINE: ce_step(logits, labels)}
     for name in args.losses:
-        loss_fn = build_named_loss(name, vocab_size, args)
-        rows.append(measure(name, loss_step(loss_fn, logits, labels), logits, args))
-        del loss_fn
+        steps[name] = loss_step(build_named_loss(name, vocab_size, args), logits, labels)
+    try:
+        times = interleaved_times_ms(steps, logits, args.repeats, args.warmup)
+    except torch.cuda.OutOfMemoryError:
+        times = {name: math.nan for name in steps}
+    dtype = str(logits.dtype).replace("torch.", "")
+    rows = []
+    for name, step in steps.items():
+        peak = measure_peak(name, step, logits)
+        rows.append(Row(vocab_size, n_tokens, name, times[name], peak, device=str(logits.device), dtype=dtype))
+        print(f"V={vocab_size:>6} N={n_tokens:>5} {name:<8} {times[name]:10.2f} ms {peak:10.1f} MiB", file=sys.stderr, flush=True)
     add_ratios(rows)
-    del logits, labels
+    del steps, logits, labels
     release_memory(args.device)
     return rows
 

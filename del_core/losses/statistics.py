@@ -1,0 +1,267 @@
+"""Per-token statistics of the LM-head softmax that every loss is built from.
+
+Every loss of this package is a function of four per-token quantities of ``z`` (the logits of one
+position, length V):
+
+* ``ce``               [N]     ``logsumexp(z) - z[y]`` (0 at ignored positions);
+* ``digit_logits``     [N, 10] ``z[D]``, the ten digit logits;
+* ``expected``         [N, H]  ``softmax(z) @ E`` for a cost embedding E [V, H] (EMO only);
+* ``target_embedding`` [N, H]  ``E[y]`` (EMO only; a constant).
+
+This module computes them, with a backward that writes the gradient of ``z`` directly, from
+(a) full or vocab-sharded logits, or (b) hidden states and the LM-head weight chunk by chunk over
+tokens, never holding more than ``chunk_size x V`` logits. Vocab sharding is described by a
+:class:`VocabSlice`: this process holds the columns ``[start, end)`` of a vocabulary of
+``vocab_size``; its ``reducer`` all-reduces small per-token buffers over the processes holding the
+other columns (the parallel layer provides one; without it nothing is communicated). Per token one
+MAX reduction of 1 number and one SUM reduction of ``2 + 10 + 2H`` numbers cross the reducer,
+whatever V is; the backward communicates nothing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional, Protocol, Sequence
+
+import torch
+
+IGNORE_INDEX = -100
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """fp32 for half/bf16/fp32 input; float64 stays float64 (for gradcheck)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+class Reducer(Protocol):
+    """All-reduces over the processes that hold the other vocabulary columns, in place."""
+
+    def max_(self, tensor: torch.Tensor) -> torch.Tensor: ...
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor: ...
+
+
+class LocalReducer:
+    """The reducer of an unsharded vocabulary: nothing to reduce."""
+
+    def max_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        return tensor
+
+
+@dataclass(frozen=True)
+class VocabSlice:
+    """This process's contiguous vocabulary columns ``[start, end)`` of ``vocab_size``."""
+
+    start: int
+    end: int
+    vocab_size: int
+    reducer: Reducer = field(default_factory=LocalReducer, compare=False)
+
+    @classmethod
+    def full(cls, vocab_size: int) -> "VocabSlice":
+        return cls(0, vocab_size, vocab_size)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    def digit_columns(self, digit_ids: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(local columns, digit indices 0..9) of the digit ids this slice owns; either may be empty."""
+        owned = [(i - self.start, d) for d, i in enumerate(digit_ids) if self.start <= i < self.end]
+        columns = torch.tensor([c for c, _ in owned], dtype=torch.long, device=device)
+        digits = torch.tensor([d for _, d in owned], dtype=torch.long, device=device)
+        return columns, digits
+
+
+class LogitStats(NamedTuple):
+    ce: torch.Tensor
+    digit_logits: Optional[torch.Tensor]
+    expected: Optional[torch.Tensor]
+    target_embedding: Optional[torch.Tensor]
+
+
+@dataclass
+class _Setup:
+    """Everything about one call that is not a differentiable tensor."""
+
+    vslice: VocabSlice
+    target: torch.Tensor  # [N] global ids, -100 ignored
+    digit_ids: Optional[Sequence[int]]
+    embedding: Optional[torch.Tensor]  # [V_local, H] rows of this slice, compute dtype
+
+    def __post_init__(self) -> None:
+        self.valid = self.target != IGNORE_INDEX
+        local = self.target - self.vslice.start
+        self.owned = self.valid & (local >= 0) & (local < self.vslice.size)
+        self.local_target = torch.where(self.owned, local, torch.zeros_like(local))
+        if self.digit_ids is not None:
+            self.columns, self.digit_index = self.vslice.digit_columns(self.digit_ids, self.target.device)
+
+
+def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice):
+    """Statistics of one chunk of logits z [c, V_local] (any float dtype)."""
+    dtype = compute_dtype(z.dtype)
+    z = z.to(dtype)
+    reducer = s.vslice.reducer
+    row_max = reducer.max_(z.max(dim=-1).values)
+    exp = torch.exp(z - row_max.unsqueeze(-1))
+    owned = s.owned[rows]
+    target_logit = z.gather(-1, s.local_target[rows].unsqueeze(-1)).squeeze(-1) * owned
+    parts = [exp.sum(-1, keepdim=True), target_logit.unsqueeze(-1)]
+    if s.digit_ids is not None:
+        digits = torch.zeros(z.shape[0], 10, dtype=dtype, device=z.device)
+        digits[:, s.digit_index] = z[:, s.columns]
+        parts.append(digits)
+    if s.embedding is not None:
+        parts.append(exp @ s.embedding)
+        parts.append(s.embedding[s.local_target[rows]] * owned.unsqueeze(-1))
+    del exp
+    packed = reducer.sum_(torch.cat(parts, dim=-1))
+    sum_exp, target_logit = packed[:, 0], packed[:, 1]
+    lse = row_max + torch.log(sum_exp)
+    ce = torch.where(s.valid[rows], lse - target_logit, torch.zeros_like(lse))
+    digits = packed[:, 2:12] if s.digit_ids is not None else None
+    expected = target_embedding = None
+    if s.embedding is not None:
+        h = s.embedding.shape[1]
+        offset = 12 if s.digit_ids is not None else 2
+        expected = packed[:, offset : offset + h] / sum_exp.unsqueeze(-1)
+        target_embedding = packed[:, offset + h :]
+    return lse, ce, digits, expected, target_embedding
+
+
+def _chunk_grad(z, s: _Setup, rows: slice, lse, expected, g_ce, g_digits, g_expected, out=None):
+    """Gradient of the chunk's logits z [c, V_local], in the compute dtype (written into ``out``
+    when given). softmax(z) * (g_ce + g_E E^T - <g_E, q E>) - g_ce onehot(y) + g_digits at D."""
+    dtype = lse.dtype
+    valid = s.valid[rows]
+    grad = torch.sub(z, lse.unsqueeze(-1), out=out) if out is not None else torch.sub(z, lse.unsqueeze(-1)).to(dtype)
+    grad.exp_()
+    g_ce = torch.zeros_like(lse) if g_ce is None else torch.where(valid, g_ce.to(dtype), torch.zeros_like(lse))
+    if g_expected is not None:
+        g_expected = g_expected.to(dtype)
+        inner = g_expected @ s.embedding.T
+        inner.add_((g_ce - (g_expected * expected).sum(-1)).unsqueeze(-1))
+        grad.mul_(inner)
+        del inner
+    else:
+        grad.mul_(g_ce.unsqueeze(-1))
+    grad.scatter_add_(-1, s.local_target[rows].unsqueeze(-1), -(g_ce * s.owned[rows]).unsqueeze(-1))
+    if g_digits is not None and s.digit_ids is not None and s.columns.numel():
+        grad.index_add_(-1, s.columns, g_digits.to(dtype)[:, s.digit_index])
+    return grad
+
+
+class _FromLogits(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits, setup: _Setup):
+        lse, ce, digits, expected, target_embedding = _chunk_forward(logits, setup, slice(None))
+        ctx.setup = setup
+        ctx.save_for_backward(logits, lse, expected if expected is not None else lse)
+        if target_embedding is not None:
+            ctx.mark_non_differentiable(target_embedding)
+        return ce, digits, expected, target_embedding
+
+    @staticmethod
+    def backward(ctx, g_ce, g_digits, g_expected, _g_target_embedding):
+        logits, lse, expected = ctx.saved_tensors
+        same = compute_dtype(logits.dtype) == logits.dtype
+        out = torch.empty_like(logits) if same else None
+        grad = _chunk_grad(logits, ctx.setup, slice(None), lse, expected, g_ce, g_digits, g_expected, out)
+        return grad.to(logits.dtype), None
+
+
+class _FromHidden(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, setup: _Setup, chunk_size: int):
+        chunks = [
+            _chunk_forward(hidden[rows] @ weight.T, setup, rows)
+            for rows in (slice(i, i + chunk_size) for i in range(0, hidden.shape[0], chunk_size))
+        ]
+        if not chunks:  # no tokens: one empty chunk gives outputs of the right shapes
+            chunks = [_chunk_forward(hidden.new_zeros(0, weight.shape[0]), setup, slice(0, 0))]
+        lse, ce, digits, expected, target_embedding = (
+            None if parts[0] is None else torch.cat(parts) for parts in zip(*chunks)
+        )
+        ctx.setup, ctx.chunk_size = setup, chunk_size
+        ctx.save_for_backward(hidden, weight, lse, expected if expected is not None else lse)
+        if target_embedding is not None:
+            ctx.mark_non_differentiable(target_embedding)
+        return ce, digits, expected, target_embedding
+
+    @staticmethod
+    def backward(ctx, g_ce, g_digits, g_expected, _g_target_embedding):
+        hidden, weight, lse, expected = ctx.saved_tensors
+        setup, chunk_size = ctx.setup, ctx.chunk_size
+        grad_hidden = torch.empty_like(hidden)
+        grad_weight = torch.zeros(weight.shape, dtype=compute_dtype(weight.dtype), device=weight.device)
+        for start in range(0, hidden.shape[0], chunk_size):
+            rows = slice(start, start + chunk_size)
+            h = hidden[rows]
+            grad_z = _chunk_grad(
+                h @ weight.T, setup, rows, lse[rows],
+                expected[rows] if g_expected is not None else None,
+                None if g_ce is None else g_ce[rows],
+                None if g_digits is None else g_digits[rows],
+                None if g_expected is None else g_expected[rows],
+            ).to(weight.dtype)
+            grad_hidden[rows] = grad_z @ weight
+            grad_weight.addmm_(grad_z.T.to(grad_weight.dtype), h.to(grad_weight.dtype))
+        return grad_hidden, grad_weight.to(weight.dtype), None, None
+
+
+def _setup(target, digit_ids, embedding, vslice, local_vocab: int, dtype) -> _Setup:
+    if vslice.size != local_vocab:
+        raise ValueError(f"the vocabulary slice [{vslice.start}, {vslice.end}) has {vslice.size} columns, the logits {local_vocab}")
+    if embedding is not None:
+        if embedding.shape[0] == vslice.vocab_size and vslice.size != vslice.vocab_size:
+            embedding = embedding[vslice.start : vslice.end]
+        if embedding.shape[0] != vslice.size:
+            raise ValueError(
+                f"the cost embedding has {embedding.shape[0]} rows; expected the {vslice.size} rows of "
+                f"this vocabulary slice (or all {vslice.vocab_size})"
+            )
+        embedding = embedding.to(dtype)
+    return _Setup(vslice, target, digit_ids, embedding)
+
+
+def logit_statistics(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    digit_ids: Optional[Sequence[int]] = None,
+    embedding: Optional[torch.Tensor] = None,
+    vslice: Optional[VocabSlice] = None,
+) -> LogitStats:
+    """Statistics from logits [N, V_local] (any float dtype; all V columns without ``vslice``).
+
+    ``target`` [N] int64 global ids (-100 ignored); ``digit_ids`` the ten global digit ids or None;
+    ``embedding`` the cost embedding [V or V_local, H] or None. Outputs in the compute dtype.
+    """
+    vslice = vslice or VocabSlice.full(logits.shape[-1])
+    setup = _setup(target, digit_ids, embedding, vslice, logits.shape[-1], compute_dtype(logits.dtype))
+    return LogitStats(*_FromLogits.apply(logits, setup))
+
+
+def hidden_statistics(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    digit_ids: Optional[Sequence[int]] = None,
+    embedding: Optional[torch.Tensor] = None,
+    vslice: Optional[VocabSlice] = None,
+    chunk_size: int = 1024,
+) -> LogitStats:
+    """Statistics of the logits ``hidden @ weight.T`` computed ``chunk_size`` tokens at a time.
+
+    ``hidden`` [N, H], ``weight`` [V_local, H] (the LM-head rows of ``vslice``); gradients flow to
+    both. Peak extra memory is a few ``chunk_size x V_local`` buffers instead of ``N x V``.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(f"hidden [N, H] and weight [V, H] do not fit: {tuple(hidden.shape)}, {tuple(weight.shape)}")
+    vslice = vslice or VocabSlice.full(weight.shape[0])
+    setup = _setup(target, digit_ids, embedding, vslice, weight.shape[0], compute_dtype(hidden.dtype))
+    return LogitStats(*_FromHidden.apply(hidden, weight, setup, chunk_size))

@@ -1,0 +1,82 @@
+"""The chunked path from hidden states equals the loss and gradients of full logits."""
+import pytest
+import torch
+
+from del_core import LOSS_NAMES
+from del_core.losses.statistics import hidden_statistics
+from test_losses import DIGITS, TEXTS, V, build, encode
+
+H = 6
+
+
+def hidden_batch(seed=0, texts=TEXTS, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.tensor([encode(t) for t in texts])
+    hidden = torch.randn(*labels.shape, H, generator=g, dtype=torch.float64).to(dtype)
+    weight = (2.0 * torch.randn(V, H, generator=g, dtype=torch.float64)).to(dtype)
+    return hidden, weight, labels
+
+
+@pytest.mark.parametrize("chunk_size", [1, 7, 1000])
+@pytest.mark.parametrize("name", LOSS_NAMES)
+def test_from_hidden_equals_dense(name, chunk_size):
+    hidden, weight, labels = hidden_batch()
+    loss_fn = build(name)
+    h1, w1 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    dense = loss_fn(h1 @ w1.T, labels)
+    dense.loss.backward()
+    h2, w2 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    chunked = loss_fn.from_hidden(h2, w2, labels, chunk_size=chunk_size)
+    chunked.loss.backward()
+    assert chunked.loss.item() == pytest.approx(dense.loss.item(), rel=1e-12)
+    assert chunked.aux.item() == pytest.approx(dense.aux.item(), rel=1e-12, abs=1e-15)
+    for key in dense.metrics:
+        assert chunked.metrics[key].item() == pytest.approx(dense.metrics[key].item(), rel=1e-6)
+    torch.testing.assert_close(h2.grad, h1.grad, rtol=1e-10, atol=1e-13)
+    torch.testing.assert_close(w2.grad, w1.grad, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["mle", "del", "dist2"])
+def test_from_hidden_gradcheck(name):
+    hidden, weight, labels = hidden_batch(texts=["a1.5b", "_37xy"])
+    hidden.requires_grad_(True)
+    weight.requires_grad_(True)
+    loss_fn = build(name)
+    assert torch.autograd.gradcheck(
+        lambda h, w: loss_fn.from_hidden(h, w, labels, chunk_size=3).loss, (hidden, weight), eps=1e-6, atol=1e-7
+    )
+
+
+def test_from_hidden_bf16_matches_dense_bf16():
+    hidden, weight, labels = hidden_batch(seed=3, dtype=torch.bfloat16)
+    loss_fn = build("del")
+    h1, w1 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    dense = loss_fn(h1 @ w1.T, labels)
+    dense.loss.backward()
+    h2, w2 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    chunked = loss_fn.from_hidden(h2, w2, labels, chunk_size=5)
+    chunked.loss.backward()
+    assert chunked.loss.dtype == torch.float32
+    assert chunked.loss.item() == pytest.approx(dense.loss.item(), rel=1e-6)
+    assert h2.grad.dtype == torch.bfloat16 and w2.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(h2.grad, h1.grad, rtol=2e-2, atol=1e-3)
+    torch.testing.assert_close(w2.grad, w1.grad, rtol=2e-2, atol=1e-3)
+
+
+def test_statistics_with_no_tokens():
+    hidden = torch.zeros(0, H, requires_grad=True)
+    weight = torch.randn(V, H, requires_grad=True)
+    stats = hidden_statistics(hidden, weight, torch.zeros(0, dtype=torch.long), DIGITS, chunk_size=4)
+    assert stats.ce.shape == (0,) and stats.digit_logits.shape == (0, 10)
+    stats.ce.sum().backward()
+    assert torch.count_nonzero(weight.grad) == 0
+
+
+def test_from_hidden_errors():
+    hidden, weight, labels = hidden_batch()
+    with pytest.raises(ValueError, match="chunk_size"):
+        build("del").from_hidden(hidden, weight, labels, chunk_size=0)
+    with pytest.raises(ValueError, match="do not fit"):
+        build("del").from_hidden(hidden, weight[:, :-1], labels)
+    with pytest.raises(ValueError, match="plus one last dimension"):
+        build("del").from_hidden(hidden[:, :-1], weight, labels)
