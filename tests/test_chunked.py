@@ -80,3 +80,21 @@ def test_from_hidden_errors():
         build("del").from_hidden(hidden, weight[:, :-1], labels)
     with pytest.raises(ValueError, match="plus one last dimension"):
         build("del").from_hidden(hidden[:, :-1], weight, labels)
+
+
+def test_eager_and_recomputing_backward_agree():
+    """Both backward strategies of the chunked path, on CE plus a DEL-style digit term."""
+    from del_core.losses.digit_terms import del_term
+
+    hidden, weight, labels = hidden_batch(seed=4)
+    target = labels.reshape(-1)
+    digit_target = torch.randint(0, 10, target.shape, generator=torch.Generator().manual_seed(0))
+    grads = []
+    for eager in (False, True):
+        h, w = hidden.reshape(-1, H).clone().requires_grad_(True), weight.clone().requires_grad_(True)
+        stats = hidden_statistics(h, w, target, DIGITS, chunk_size=4, eager_ce_grad=eager)
+        loss = stats.ce.sum() / 7 + del_term(stats.digit_logits, digit_target, torch.ones(target.shape)).sum()
+        loss.backward()
+        grads.append((h.grad, w.grad))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=1e-10, atol=1e-13)
+    torch.testing.assert_close(grads[0][1], grads[1][1], rtol=1e-10, atol=1e-13)

@@ -138,11 +138,15 @@ class NumericLoss(torch.nn.Module):
         batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(hidden.dtype))
         batch.stats = hidden_statistics(
             hidden.reshape(-1, hidden.shape[-1]), weight, batch.labels, self._digit_ids(),
-            self.cost_embedding_rows(), vocab_slice, chunk_size,
+            self.cost_embedding_rows(), vocab_slice, chunk_size, eager_ce_grad=self._plain_ce(),
         )
         return self._compose(batch, num_tokens, num_digits, hidden)
 
     # --- internals -------------------------------------------------------------------------
+    def _plain_ce(self) -> bool:
+        """True when the token part is plain CE (every token's CE gets the same gradient)."""
+        return type(self).token_part is NumericLoss.token_part
+
     def _digit_ids(self):
         return self.vocab.digit_ids if self.vocab is not None else None
 

@@ -173,32 +173,70 @@ class _FromLogits(torch.autograd.Function):
         return grad.to(logits.dtype), None
 
 
+def _accumulate_weight_grad(grad_weight: torch.Tensor, grad_z: torch.Tensor, h: torch.Tensor) -> None:
+    """grad_weight (compute dtype) += grad_z^T @ h, the product in the weight's dtype."""
+    if grad_z.dtype == grad_weight.dtype:
+        grad_weight.addmm_(grad_z.T, h.to(grad_weight.dtype))
+    else:  # bf16/fp16 product (fp32 accumulation inside the matmul), summed in fp32
+        grad_weight.add_(grad_z.T @ h)
+
+
 class _FromHidden(torch.autograd.Function):
+    """Statistics of ``hidden @ weight.T`` chunk by chunk.
+
+    With ``eager`` (set by losses whose CE part is the plain token sum, so every token's CE gets
+    the same upstream gradient), the forward also computes the CE gradients of the hidden states
+    and the weight, ``(softmax - onehot) @ W`` and ``(softmax - onehot)^T @ h``, while each chunk's
+    logits are at hand; the backward scales them and adds the ten digit columns' share. That costs
+    the same three [N, V, H] products as the naive path. Otherwise the backward recomputes each
+    chunk's logits (a fourth product).
+    """
+
     @staticmethod
-    def forward(ctx, hidden, weight, setup: _Setup, chunk_size: int):
-        chunks = [
-            _chunk_forward(hidden[rows] @ weight.T, setup, rows)
-            for rows in (slice(i, i + chunk_size) for i in range(0, hidden.shape[0], chunk_size))
-        ]
+    def forward(ctx, hidden, weight, setup: _Setup, chunk_size: int, eager: bool):
+        dtype = compute_dtype(weight.dtype)
+        ce_grad_hidden = torch.zeros_like(hidden) if eager else None
+        ce_grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if eager else None
+        chunks = []
+        for start in range(0, hidden.shape[0], chunk_size):
+            rows = slice(start, start + chunk_size)
+            h = hidden[rows]
+            z = h @ weight.T
+            chunks.append(_chunk_forward(z, setup, rows))
+            if eager:
+                lse = chunks[-1][0]
+                out = z if z.dtype == dtype else None
+                grad_z = _chunk_grad(z, setup, rows, lse, None, torch.ones_like(lse), None, None, out).to(weight.dtype)
+                ce_grad_hidden[rows] = grad_z @ weight
+                _accumulate_weight_grad(ce_grad_weight, grad_z, h)
+                del grad_z
+            del z
         if not chunks:  # no tokens: one empty chunk gives outputs of the right shapes
             chunks = [_chunk_forward(hidden.new_zeros(0, weight.shape[0]), setup, slice(0, 0))]
         lse, ce, digits, expected, target_embedding = (
             None if parts[0] is None else torch.cat(parts) for parts in zip(*chunks)
         )
-        ctx.setup, ctx.chunk_size = setup, chunk_size
-        ctx.save_for_backward(hidden, weight, lse, expected if expected is not None else lse)
+        ctx.setup, ctx.chunk_size, ctx.eager = setup, chunk_size, eager
+        placeholder = lse
+        ctx.save_for_backward(
+            hidden, weight, lse, placeholder if expected is None else expected,
+            placeholder if ce_grad_hidden is None else ce_grad_hidden,
+            placeholder if ce_grad_weight is None else ce_grad_weight,
+        )
         if target_embedding is not None:
             ctx.mark_non_differentiable(target_embedding)
         return ce, digits, expected, target_embedding
 
     @staticmethod
     def backward(ctx, g_ce, g_digits, g_expected, _g_target_embedding):
-        hidden, weight, lse, expected = ctx.saved_tensors
-        setup, chunk_size = ctx.setup, ctx.chunk_size
+        hidden, weight, lse, expected, ce_grad_hidden, ce_grad_weight = ctx.saved_tensors
+        setup = ctx.setup
+        if ctx.eager and g_expected is None:
+            return _FromHidden._eager_backward(setup, hidden, weight, ce_grad_hidden, ce_grad_weight, g_ce, g_digits)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=compute_dtype(weight.dtype), device=weight.device)
-        for start in range(0, hidden.shape[0], chunk_size):
-            rows = slice(start, start + chunk_size)
+        for start in range(0, hidden.shape[0], ctx.chunk_size):
+            rows = slice(start, start + ctx.chunk_size)
             h = hidden[rows]
             grad_z = _chunk_grad(
                 h @ weight.T, setup, rows, lse[rows],
@@ -208,8 +246,24 @@ class _FromHidden(torch.autograd.Function):
                 None if g_expected is None else g_expected[rows],
             ).to(weight.dtype)
             grad_hidden[rows] = grad_z @ weight
-            grad_weight.addmm_(grad_z.T.to(grad_weight.dtype), h.to(grad_weight.dtype))
-        return grad_hidden, grad_weight.to(weight.dtype), None, None
+            _accumulate_weight_grad(grad_weight, grad_z, h)
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
+
+    @staticmethod
+    def _eager_backward(setup, hidden, weight, ce_grad_hidden, ce_grad_weight, g_ce, g_digits):
+        if g_ce is None:
+            grad_hidden, grad_weight = torch.zeros_like(hidden), torch.zeros_like(ce_grad_weight)
+        else:
+            # The eager contract: every valid token's CE has the same upstream gradient.
+            valid = setup.valid
+            scale = (g_ce * valid).sum() / valid.sum().clamp_min(1)
+            grad_hidden = ce_grad_hidden * scale.to(hidden.dtype)
+            grad_weight = ce_grad_weight * scale
+        if g_digits is not None and setup.digit_ids is not None and setup.columns.numel():
+            g = g_digits[:, setup.digit_index].to(weight.dtype)  # [N, owned digits]
+            grad_hidden += g @ weight[setup.columns]
+            grad_weight.index_add_(0, setup.columns, (g.T @ hidden).to(grad_weight.dtype))
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
 
 
 def _setup(target, digit_ids, embedding, vslice, local_vocab: int, dtype) -> _Setup:
@@ -252,11 +306,15 @@ def hidden_statistics(
     embedding: Optional[torch.Tensor] = None,
     vslice: Optional[VocabSlice] = None,
     chunk_size: int = 1024,
+    eager_ce_grad: bool = False,
 ) -> LogitStats:
     """Statistics of the logits ``hidden @ weight.T`` computed ``chunk_size`` tokens at a time.
 
     ``hidden`` [N, H], ``weight`` [V_local, H] (the LM-head rows of ``vslice``); gradients flow to
     both. Peak extra memory is a few ``chunk_size x V_local`` buffers instead of ``N x V``.
+    ``eager_ce_grad`` promises that the caller's loss gives every valid token's ``ce`` the same
+    gradient (a plain token mean/sum of CE): the CE gradients are then formed in the forward pass
+    and the backward needs no second pass over the vocabulary (see :class:`_FromHidden`).
     """
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
@@ -264,4 +322,5 @@ def hidden_statistics(
         raise ValueError(f"hidden [N, H] and weight [V, H] do not fit: {tuple(hidden.shape)}, {tuple(weight.shape)}")
     vslice = vslice or VocabSlice.full(weight.shape[0])
     setup = _setup(target, digit_ids, embedding, vslice, weight.shape[0], compute_dtype(hidden.dtype))
-    return LogitStats(*_FromHidden.apply(hidden, weight, setup, chunk_size))
+    eager = eager_ce_grad and embedding is None and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    return LogitStats(*_FromHidden.apply(hidden, weight, setup, chunk_size, eager))

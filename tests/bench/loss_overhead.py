@@ -26,18 +26,9 @@ Time: median over ``--repeats`` rounds after ``--warmup`` unmeasured rounds, wal
 ``torch.cuda.synchronize()`` before and after each call on CUDA. A round calls every loss once in
 turn (interleaved), so drifts of a shared machine fall on all losses alike.
 
-Peak memory (one extra call after the timed ones), as the increase above what is held just before
-the call (logits, labels, the loss module's buffers; ``logits.grad`` is None then, so the gradient
-counts in the peak):
-
-* CUDA: ``torch.cuda.max_memory_allocated()`` after ``torch.cuda.reset_peak_memory_stats()``,
-  minus ``torch.cuda.memory_allocated()`` before the call (tensor memory; allocator cache and
-  fragmentation are not counted).
-* CPU: a background thread samples ``psutil.Process().memory_info().rss`` every 1 ms during the
-  call; the peak is the largest sample minus the RSS before the call. This is approximate: peaks
-  shorter than the sampling interval can be missed, and memory the C allocator keeps cached from
-  earlier calls is reused without raising RSS (large tensors are mmap-ed and returned, so the
-  logits-sized buffers that dominate the peak are counted).
+Peak memory: one extra call after the timed ones, measured as in ``bench_common.py`` (CUDA
+allocator peak, or sampled RSS on CPU) above what is held before it (logits, labels, the loss
+module's buffers; ``logits.grad`` is None then, so the gradient counts in the peak).
 
 Output: a progress line per measurement on stderr, then a markdown table (V, N, loss, time_ms,
 time_ratio and mem_ratio relative to CE at the same V and N, time_vs_mle relative to the ``mle``
@@ -47,33 +38,22 @@ also writes the rows as JSON.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import random
 import statistics
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional
+from typing import Optional
 
-import psutil
 import torch
 import torch.nn.functional as F
 
-from del_core import LOSS_NAMES, DigitVocab, build_loss
+from bench_common import IGNORE_INDEX, QWEN2_VOCAB, Step, int_list, make_labels, peak_mib, release_memory, synchronize
+from del_core import LOSS_NAMES, build_loss
 
-IGNORE_INDEX = -100
-QWEN2_VOCAB = DigitVocab(digit_ids=tuple(range(15, 25)), point_id=13, name="qwen2")
-DIGIT_FRACTION = 0.20
-IGNORE_FRACTION = 0.05
-POINT_PROBABILITY = 0.25  # chance that a number of >= 2 digits carries a point
-MAX_NUMBER_DIGITS = 6
-MIB = 2 ** 20
 BASELINE = "CE"
-
-Step = Callable[[], None]
 
 
 @dataclass
@@ -93,54 +73,6 @@ class Row:
 
 
 # --- the batch ---------------------------------------------------------------------------------
-def make_labels(n_tokens: int, vocab_size: int, vocab: DigitVocab, rng: random.Random) -> torch.Tensor:
-    """int64 labels [1, N]: random ordinary tokens, ~20% digits in numbers, ~5% ignored."""
-    special = set(vocab.digit_ids) | {vocab.point_id}
-    labels = [_ordinary_token(vocab_size, special, rng) for _ in range(n_tokens)]
-    in_number = [False] * n_tokens
-    _place_numbers(labels, in_number, vocab, rng)
-    free = [i for i in range(n_tokens) if not in_number[i]]
-    for i in rng.sample(free, min(len(free), round(IGNORE_FRACTION * n_tokens))):
-        labels[i] = IGNORE_INDEX
-    return torch.tensor(labels, dtype=torch.long).view(1, n_tokens)
-
-
-def _ordinary_token(vocab_size: int, special: set[int], rng: random.Random) -> int:
-    """A random token id that is neither a digit nor the point."""
-    while True:
-        token = rng.randrange(vocab_size)
-        if token not in special:
-            return token
-
-
-def _place_numbers(labels: list[int], in_number: list[bool], vocab: DigitVocab, rng: random.Random) -> None:
-    """Write numbers into ``labels`` at random free places until 20% of the positions are digits.
-
-    Numbers never touch each other (one free position on each side), so each is its own span.
-    """
-    n_tokens = len(labels)
-    remaining = round(DIGIT_FRACTION * n_tokens)
-    attempts = 0
-    while remaining > 0 and attempts < 100 * n_tokens:
-        attempts += 1
-        tokens = _number_tokens(min(rng.randint(1, MAX_NUMBER_DIGITS), remaining), vocab, rng)
-        start = rng.randrange(n_tokens - len(tokens) + 1)
-        lo, hi = max(0, start - 1), min(n_tokens, start + len(tokens) + 1)
-        if any(in_number[lo:hi]):
-            continue
-        labels[start:start + len(tokens)] = tokens
-        in_number[start:start + len(tokens)] = [True] * len(tokens)
-        remaining -= sum(token != vocab.point_id for token in tokens)
-
-
-def _number_tokens(n_digits: int, vocab: DigitVocab, rng: random.Random) -> list[int]:
-    """Token ids of a random number with ``n_digits`` digits, sometimes with a point inside."""
-    tokens = [vocab.digit_ids[rng.randrange(10)] for _ in range(n_digits)]
-    if n_digits >= 2 and rng.random() < POINT_PROBABILITY:
-        tokens.insert(rng.randint(1, n_digits - 1), vocab.point_id)
-    return tokens
-
-
 def make_logits(n_tokens: int, vocab_size: int, dtype: torch.dtype, device: torch.device, seed: int) -> torch.Tensor:
     """Standard-normal logits [1, N, V] that require grad."""
     generator = torch.Generator(device=device).manual_seed(seed)
@@ -179,11 +111,6 @@ def build_named_loss(name: str, vocab_size: int, args: argparse.Namespace) -> to
 
 
 # --- timing and memory -------------------------------------------------------------------------
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def run_once(step: Step, logits: torch.Tensor) -> None:
     """One call with a fresh gradient."""
     logits.grad = None
@@ -212,49 +139,11 @@ def interleaved_times_ms(steps: dict[str, Step], logits: torch.Tensor, repeats: 
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def peak_memory_mib(step: Step, logits: torch.Tensor) -> float:
-    """Peak memory of one call above what is held before it, in MiB (see the module docstring)."""
-    logits.grad = None
-    gc.collect()
-    if logits.device.type == "cuda":
-        return _cuda_peak(step, logits.device) / MIB
-    return _rss_peak(step) / MIB
-
-
-def _cuda_peak(step: Step, device: torch.device) -> int:
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    step()
-    torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device) - before
-
-
-def _rss_peak(step: Step, interval_s: float = 1e-3) -> int:
-    process = psutil.Process()
-    before = process.memory_info().rss
-    peak = [before]
-    done = threading.Event()
-
-    def sample() -> None:
-        while not done.is_set():
-            peak[0] = max(peak[0], process.memory_info().rss)
-            done.wait(interval_s)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        step()
-    finally:
-        done.set()
-        sampler.join()
-    return max(peak[0], process.memory_info().rss) - before
-
-
 def measure_peak(name: str, step: Step, logits: torch.Tensor) -> float:
     """Peak memory (MiB) of one call; NaN when it runs out of device memory."""
+    logits.grad = None
     try:
-        return peak_memory_mib(step, logits)
+        return peak_mib(step, logits.device)
     except torch.cuda.OutOfMemoryError:
         return math.nan
     finally:
@@ -301,12 +190,6 @@ def _ratio(value: float, base: float) -> float:
     return value / base if base > 0 else math.nan
 
 
-def release_memory(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
 def markdown_table(rows: list[Row]) -> str:
     """The rows as a markdown table."""
     lines = [
@@ -327,10 +210,6 @@ def json_row(row: Row) -> dict:
 
 
 # --- command line ------------------------------------------------------------------------------
-def _int_list(text: str) -> list[int]:
-    return [int(part) for part in text.replace(",", " ").split()]
-
-
 def _name_list(text: str) -> list[str]:
     names = [part.lower().replace("-", "_") for part in text.replace(",", " ").split()]
     unknown = [name for name in names if name not in LOSS_NAMES]
@@ -341,8 +220,8 @@ def _name_list(text: str) -> list[str]:
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vocab-sizes", type=_int_list, default=[151936, 32000], help="comma-separated V (default: 151936,32000)")
-    parser.add_argument("--tokens", type=_int_list, default=[1024, 2048, 4096, 8192], help="comma-separated N (default: 1024,2048,4096,8192)")
+    parser.add_argument("--vocab-sizes", type=int_list, default=[151936, 32000], help="comma-separated V (default: 151936,32000)")
+    parser.add_argument("--tokens", type=int_list, default=[1024, 2048, 4096, 8192], help="comma-separated N (default: 1024,2048,4096,8192)")
     parser.add_argument("--losses", type=_name_list, default=list(LOSS_NAMES), help=f"comma-separated (default: {','.join(LOSS_NAMES)})")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (median reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
