@@ -100,26 +100,36 @@ class _Setup:
             self.columns, self.digit_index = self.vslice.digit_columns(self.digit_ids, self.target.device)
 
 
-def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice):
-    """Statistics of one chunk of logits z [c, V_local] (any float dtype)."""
+def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice, own_z: bool = False, want_softmax: bool = False):
+    """Statistics of one chunk of logits z [c, V_local] (any float dtype).
+
+    Returns (lse, ce, digit_logits, expected, target_embedding, softmax). ``own_z``: the caller
+    gives z up, so it is overwritten instead of copied; ``want_softmax`` (with ``own_z``) returns
+    the chunk's softmax in z's buffer, else None. A copy made for the compute dtype is always
+    reused in place, so one [c, V_local] buffer is the most this allocates.
+    """
     dtype = compute_dtype(z.dtype)
+    own_z = own_z or z.dtype != dtype
     z = z.to(dtype)
     reducer = s.vslice.reducer
     row_max = reducer.max_(z.max(dim=-1).values)
-    exp = torch.exp(z - row_max.unsqueeze(-1))
     owned = s.owned[rows]
     target_logit = z.gather(-1, s.local_target[rows].unsqueeze(-1)).squeeze(-1) * owned
-    parts = [exp.sum(-1, keepdim=True), target_logit.unsqueeze(-1)]
+    digits = None
     if s.digit_ids is not None:
         digits = torch.zeros(z.shape[0], 10, dtype=dtype, device=z.device)
         digits[:, s.digit_index] = z[:, s.columns]
+    exp = z.sub_(row_max.unsqueeze(-1)).exp_() if own_z else torch.exp(z - row_max.unsqueeze(-1))
+    parts = [exp.sum(-1, keepdim=True), target_logit.unsqueeze(-1)]
+    if digits is not None:
         parts.append(digits)
     if s.embedding is not None:
         parts.append(exp @ s.embedding)
         parts.append(s.embedding[s.local_target[rows]] * owned.unsqueeze(-1))
-    del exp
     packed = reducer.sum_(torch.cat(parts, dim=-1))
     sum_exp, target_logit = packed[:, 0], packed[:, 1]
+    softmax = exp.div_(sum_exp.unsqueeze(-1)) if want_softmax and own_z else None
+    del exp
     lse = row_max + torch.log(sum_exp)
     ce = torch.where(s.valid[rows], lse - target_logit, torch.zeros_like(lse))
     digits = packed[:, 2:12] if s.digit_ids is not None else None
@@ -129,16 +139,20 @@ def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice):
         offset = 12 if s.digit_ids is not None else 2
         expected = packed[:, offset : offset + h] / sum_exp.unsqueeze(-1)
         target_embedding = packed[:, offset + h :]
-    return lse, ce, digits, expected, target_embedding
+    return lse, ce, digits, expected, target_embedding, softmax
 
 
-def _chunk_grad(z, s: _Setup, rows: slice, lse, expected, g_ce, g_digits, g_expected, out=None):
-    """Gradient of the chunk's logits z [c, V_local], in the compute dtype (written into ``out``
-    when given). softmax(z) * (g_ce + g_E E^T - <g_E, q E>) - g_ce onehot(y) + g_digits at D."""
+def _chunk_grad(z, s: _Setup, rows: slice, lse, expected, g_ce, g_digits, g_expected, out=None, softmax=None):
+    """Gradient of the chunk's logits z [c, V_local], in the compute dtype:
+    softmax(z) * (g_ce + g_E E^T - <g_E, q E>) - g_ce onehot(y) + g_digits at D.
+    Written into ``out`` when given, or into ``softmax`` (the chunk's softmax, overwritten)."""
     dtype = lse.dtype
     valid = s.valid[rows]
-    grad = torch.sub(z, lse.unsqueeze(-1), out=out) if out is not None else torch.sub(z, lse.unsqueeze(-1)).to(dtype)
-    grad.exp_()
+    if softmax is not None:
+        grad = softmax
+    else:
+        grad = torch.sub(z, lse.unsqueeze(-1), out=out) if out is not None else torch.sub(z, lse.unsqueeze(-1)).to(dtype)
+        grad.exp_()
     g_ce = torch.zeros_like(lse) if g_ce is None else torch.where(valid, g_ce.to(dtype), torch.zeros_like(lse))
     if g_expected is not None:
         g_expected = g_expected.to(dtype)
@@ -157,7 +171,7 @@ def _chunk_grad(z, s: _Setup, rows: slice, lse, expected, g_ce, g_digits, g_expe
 class _FromLogits(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, setup: _Setup):
-        lse, ce, digits, expected, target_embedding = _chunk_forward(logits, setup, slice(None))
+        lse, ce, digits, expected, target_embedding, _ = _chunk_forward(logits, setup, slice(None))
         ctx.setup = setup
         ctx.save_for_backward(logits, lse, expected if expected is not None else lse)
         if target_embedding is not None:
@@ -201,50 +215,52 @@ class _FromHidden(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk_size):
             rows = slice(start, start + chunk_size)
             h = hidden[rows]
-            z = h @ weight.T
-            chunks.append(_chunk_forward(z, setup, rows))
+            *stats, softmax = _chunk_forward(h @ weight.T, setup, rows, own_z=True, want_softmax=eager)
+            chunks.append(stats)
             if eager:
-                lse = chunks[-1][0]
-                out = z if z.dtype == dtype else None
-                grad_z = _chunk_grad(z, setup, rows, lse, None, torch.ones_like(lse), None, None, out).to(weight.dtype)
+                lse = stats[0]
+                grad_z = _chunk_grad(None, setup, rows, lse, None, torch.ones_like(lse), None, None, softmax=softmax)
+                del softmax
+                grad_z = grad_z.to(weight.dtype)
                 ce_grad_hidden[rows] = grad_z @ weight
                 _accumulate_weight_grad(ce_grad_weight, grad_z, h)
                 del grad_z
-            del z
         if not chunks:  # no tokens: one empty chunk gives outputs of the right shapes
-            chunks = [_chunk_forward(hidden.new_zeros(0, weight.shape[0]), setup, slice(0, 0))]
+            chunks = [_chunk_forward(hidden.new_zeros(0, weight.shape[0]), setup, slice(0, 0))[:5]]
         lse, ce, digits, expected, target_embedding = (
             None if parts[0] is None else torch.cat(parts) for parts in zip(*chunks)
         )
-        ctx.setup, ctx.chunk_size, ctx.eager = setup, chunk_size, eager
-        placeholder = lse
-        ctx.save_for_backward(
-            hidden, weight, lse, placeholder if expected is None else expected,
-            placeholder if ce_grad_hidden is None else ce_grad_hidden,
-            placeholder if ce_grad_weight is None else ce_grad_weight,
-        )
+        ctx.setup, ctx.chunk_size = setup, chunk_size
+        # Intermediate buffers, consumed (scaled in place and handed out) by the first backward;
+        # a second backward through the same graph (retain_graph) recomputes instead.
+        ctx.ce_grads = (ce_grad_hidden, ce_grad_weight) if eager else None
+        ctx.save_for_backward(hidden, weight, lse, lse if expected is None else expected)
         if target_embedding is not None:
             ctx.mark_non_differentiable(target_embedding)
         return ce, digits, expected, target_embedding
 
     @staticmethod
     def backward(ctx, g_ce, g_digits, g_expected, _g_target_embedding):
-        hidden, weight, lse, expected, ce_grad_hidden, ce_grad_weight = ctx.saved_tensors
+        hidden, weight, lse, expected = ctx.saved_tensors
         setup = ctx.setup
-        if ctx.eager and g_expected is None:
-            return _FromHidden._eager_backward(setup, hidden, weight, ce_grad_hidden, ce_grad_weight, g_ce, g_digits)
+        if ctx.ce_grads is not None and g_expected is None:
+            ce_grads, ctx.ce_grads = ctx.ce_grads, None
+            return _FromHidden._eager_backward(setup, hidden, weight, *ce_grads, g_ce, g_digits)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=compute_dtype(weight.dtype), device=weight.device)
         for start in range(0, hidden.shape[0], ctx.chunk_size):
             rows = slice(start, start + ctx.chunk_size)
             h = hidden[rows]
+            z = h @ weight.T
             grad_z = _chunk_grad(
-                h @ weight.T, setup, rows, lse[rows],
+                z, setup, rows, lse[rows],
                 expected[rows] if g_expected is not None else None,
                 None if g_ce is None else g_ce[rows],
                 None if g_digits is None else g_digits[rows],
                 None if g_expected is None else g_expected[rows],
+                out=z if z.dtype == grad_weight.dtype else None,
             ).to(weight.dtype)
+            del z
             grad_hidden[rows] = grad_z @ weight
             _accumulate_weight_grad(grad_weight, grad_z, h)
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None
@@ -257,8 +273,9 @@ class _FromHidden(torch.autograd.Function):
             # The eager contract: every valid token's CE has the same upstream gradient.
             valid = setup.valid
             scale = (g_ce * valid).sum() / valid.sum().clamp_min(1)
-            grad_hidden = ce_grad_hidden * scale.to(hidden.dtype)
-            grad_weight = ce_grad_weight * scale
+            # In place: the buffers were handed over by the forward and serve this backward only.
+            grad_hidden = ce_grad_hidden.mul_(scale.to(hidden.dtype))
+            grad_weight = ce_grad_weight.mul_(scale)
         if g_digits is not None and setup.digit_ids is not None and setup.columns.numel():
             g = g_digits[:, setup.digit_index].to(weight.dtype)  # [N, owned digits]
             grad_hidden += g @ weight[setup.columns]

@@ -91,7 +91,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int_list, default=[2048, 4096, 8192, 16384] if cuda else [2048, 4096, 8192])
     parser.add_argument("--vocab", type=int, default=151_936)
     parser.add_argument("--hidden", type=int, default=1536)
-    parser.add_argument("--chunk-size", type=int, default=2048)
+    parser.add_argument("--chunk-size", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=5 if cuda else 1)
     parser.add_argument("--warmup", type=int, default=2 if cuda else 0)
     parser.add_argument("--device", default="cuda" if cuda else "cpu")
