@@ -168,11 +168,26 @@ def _chunk_grad(z, s: _Setup, rows: slice, lse, expected, g_ce, g_digits, g_expe
     return grad
 
 
+def _row_chunks(n_rows: int, chunk_size: int) -> list[slice]:
+    """Row ranges of ``chunk_size``; one empty range for no rows (outputs keep their shapes)."""
+    return [slice(i, i + chunk_size) for i in range(0, n_rows, chunk_size)] or [slice(0, 0)]
+
+
+def _concat(chunks):
+    """Concatenate per-chunk outputs (tuples of tensors or None) along the token dimension."""
+    return tuple(None if parts[0] is None else torch.cat(parts) for parts in zip(*chunks))
+
+
 class _FromLogits(torch.autograd.Function):
+    """Statistics of given logits [N, V_local], ``chunk_size`` rows at a time, so the fp32
+    temporaries are [chunk, V_local] even for bf16 logits; the backward writes one [N, V_local]
+    gradient in the logits' dtype."""
+
     @staticmethod
-    def forward(ctx, logits, setup: _Setup):
-        lse, ce, digits, expected, target_embedding, _ = _chunk_forward(logits, setup, slice(None))
-        ctx.setup = setup
+    def forward(ctx, logits, setup: _Setup, chunk_size: int):
+        chunks = [_chunk_forward(logits[rows], setup, rows)[:5] for rows in _row_chunks(logits.shape[0], chunk_size)]
+        lse, ce, digits, expected, target_embedding = _concat(chunks)
+        ctx.setup, ctx.chunk_size = setup, chunk_size
         ctx.save_for_backward(logits, lse, expected if expected is not None else lse)
         if target_embedding is not None:
             ctx.mark_non_differentiable(target_embedding)
@@ -182,9 +197,18 @@ class _FromLogits(torch.autograd.Function):
     def backward(ctx, g_ce, g_digits, g_expected, _g_target_embedding):
         logits, lse, expected = ctx.saved_tensors
         same = compute_dtype(logits.dtype) == logits.dtype
-        out = torch.empty_like(logits) if same else None
-        grad = _chunk_grad(logits, ctx.setup, slice(None), lse, expected, g_ce, g_digits, g_expected, out)
-        return grad.to(logits.dtype), None
+        grad = torch.empty_like(logits)
+        for rows in _row_chunks(logits.shape[0], ctx.chunk_size):
+            part = _chunk_grad(
+                logits[rows], ctx.setup, rows, lse[rows], expected[rows],
+                None if g_ce is None else g_ce[rows],
+                None if g_digits is None else g_digits[rows],
+                None if g_expected is None else g_expected[rows],
+                out=grad[rows] if same else None,
+            )
+            if not same:
+                grad[rows] = part
+        return grad, None, None
 
 
 def _accumulate_weight_grad(grad_weight: torch.Tensor, grad_z: torch.Tensor, h: torch.Tensor) -> None:
@@ -212,8 +236,7 @@ class _FromHidden(torch.autograd.Function):
         ce_grad_hidden = torch.zeros_like(hidden) if eager else None
         ce_grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if eager else None
         chunks = []
-        for start in range(0, hidden.shape[0], chunk_size):
-            rows = slice(start, start + chunk_size)
+        for rows in _row_chunks(hidden.shape[0], chunk_size):
             h = hidden[rows]
             *stats, softmax = _chunk_forward(h @ weight.T, setup, rows, own_z=True, want_softmax=eager)
             chunks.append(stats)
@@ -225,11 +248,7 @@ class _FromHidden(torch.autograd.Function):
                 ce_grad_hidden[rows] = grad_z @ weight
                 _accumulate_weight_grad(ce_grad_weight, grad_z, h)
                 del grad_z
-        if not chunks:  # no tokens: one empty chunk gives outputs of the right shapes
-            chunks = [_chunk_forward(hidden.new_zeros(0, weight.shape[0]), setup, slice(0, 0))[:5]]
-        lse, ce, digits, expected, target_embedding = (
-            None if parts[0] is None else torch.cat(parts) for parts in zip(*chunks)
-        )
+        lse, ce, digits, expected, target_embedding = _concat(chunks)
         ctx.setup, ctx.chunk_size = setup, chunk_size
         # Intermediate buffers, consumed (scaled in place and handed out) by the first backward;
         # a second backward through the same graph (retain_graph) recomputes instead.
@@ -248,8 +267,7 @@ class _FromHidden(torch.autograd.Function):
             return _FromHidden._eager_backward(setup, hidden, weight, *ce_grads, g_ce, g_digits)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros(weight.shape, dtype=compute_dtype(weight.dtype), device=weight.device)
-        for start in range(0, hidden.shape[0], ctx.chunk_size):
-            rows = slice(start, start + ctx.chunk_size)
+        for rows in _row_chunks(hidden.shape[0], ctx.chunk_size):
             h = hidden[rows]
             z = h @ weight.T
             grad_z = _chunk_grad(
@@ -304,15 +322,17 @@ def logit_statistics(
     digit_ids: Optional[Sequence[int]] = None,
     embedding: Optional[torch.Tensor] = None,
     vslice: Optional[VocabSlice] = None,
+    chunk_size: int = 2048,
 ) -> LogitStats:
-    """Statistics from logits [N, V_local] (any float dtype; all V columns without ``vslice``).
+    """Statistics from logits [N, V_local] (any float dtype; all V columns without ``vslice``),
+    computed ``chunk_size`` rows at a time (bounds the fp32 temporaries, not the result).
 
     ``target`` [N] int64 global ids (-100 ignored); ``digit_ids`` the ten global digit ids or None;
     ``embedding`` the cost embedding [V or V_local, H] or None. Outputs in the compute dtype.
     """
     vslice = vslice or VocabSlice.full(logits.shape[-1])
     setup = _setup(target, digit_ids, embedding, vslice, logits.shape[-1], compute_dtype(logits.dtype))
-    return LogitStats(*_FromLogits.apply(logits, setup))
+    return LogitStats(*_FromLogits.apply(logits, setup, chunk_size))
 
 
 def hidden_statistics(
