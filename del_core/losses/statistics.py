@@ -103,34 +103,37 @@ class _Setup:
 def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice, own_z: bool = False, want_softmax: bool = False):
     """Statistics of one chunk of logits z [c, V_local] (any float dtype).
 
-    Returns (lse, ce, digit_logits, expected, target_embedding, softmax). ``own_z``: the caller
-    gives z up, so it is overwritten instead of copied; ``want_softmax`` (with ``own_z``) returns
-    the chunk's softmax in z's buffer, else None. A copy made for the compute dtype is always
-    reused in place, so one [c, V_local] buffer is the most this allocates.
+    Returns (lse, ce, digit_logits, expected, target_embedding, softmax). Each slice's log-sum-exp
+    is combined over the group as ``m + log(sum_r exp(lse_r - m))`` with ``m`` the largest. With
+    ``own_z`` the caller gives z up, so it may be overwritten; ``want_softmax`` (with ``own_z``,
+    without a cost embedding) returns the chunk's softmax in z's buffer, else None.
     """
     dtype = compute_dtype(z.dtype)
     own_z = own_z or z.dtype != dtype
     z = z.to(dtype)
     reducer = s.vslice.reducer
-    row_max = reducer.max_(z.max(dim=-1).values)
+    local_lse = torch.logsumexp(z, dim=-1)
+    row_max = reducer.max_(local_lse.clone())
     owned = s.owned[rows]
-    target_logit = z.gather(-1, s.local_target[rows].unsqueeze(-1)).squeeze(-1) * owned
-    digits = None
+    parts = [
+        torch.exp(local_lse - row_max).unsqueeze(-1),
+        (z.gather(-1, s.local_target[rows].unsqueeze(-1)).squeeze(-1) * owned).unsqueeze(-1),
+    ]
     if s.digit_ids is not None:
         digits = torch.zeros(z.shape[0], 10, dtype=dtype, device=z.device)
         digits[:, s.digit_index] = z[:, s.columns]
-    exp = z.sub_(row_max.unsqueeze(-1)).exp_() if own_z else torch.exp(z - row_max.unsqueeze(-1))
-    parts = [exp.sum(-1, keepdim=True), target_logit.unsqueeze(-1)]
-    if digits is not None:
         parts.append(digits)
     if s.embedding is not None:
-        parts.append(exp @ s.embedding)
+        local_q = (z.sub_(local_lse.unsqueeze(-1)) if own_z else z - local_lse.unsqueeze(-1)).exp_()
+        parts.append((local_q @ s.embedding) * parts[0])
         parts.append(s.embedding[s.local_target[rows]] * owned.unsqueeze(-1))
+        del local_q
     packed = reducer.sum_(torch.cat(parts, dim=-1))
     sum_exp, target_logit = packed[:, 0], packed[:, 1]
-    softmax = exp.div_(sum_exp.unsqueeze(-1)) if want_softmax and own_z else None
-    del exp
     lse = row_max + torch.log(sum_exp)
+    softmax = None
+    if want_softmax and own_z and s.embedding is None:
+        softmax = z.sub_(lse.unsqueeze(-1)).exp_()
     ce = torch.where(s.valid[rows], lse - target_logit, torch.zeros_like(lse))
     digits = packed[:, 2:12] if s.digit_ids is not None else None
     expected = target_embedding = None

@@ -5,10 +5,11 @@ Peak memory of one call, as the increase above what is held just before it:
 * CUDA: ``torch.cuda.max_memory_allocated()`` after ``reset_peak_memory_stats()``, minus
   ``memory_allocated()`` before the call (tensor memory; allocator cache not counted).
 * CPU: a background thread samples the process RSS every 1 ms during the call; peaks shorter than
-  that can be missed. So that RSS follows the live tensors, importing this module asks glibc to
-  serve every allocation over 64 KiB with its own mapping, returned to the system when freed
-  (``mallopt(M_MMAP_THRESHOLD)``); otherwise freed chunk buffers stay in the heap and a chunked
-  computation looks as large as the biggest buffer it ever freed.
+  that can be missed. glibc keeps freed large buffers in its heap once they have been freed a few
+  times, so a chunked computation can look as large as the biggest buffer it ever freed;
+  :func:`track_rss_precisely` makes every allocation over 64 KiB its own mapping, returned to the
+  system when freed. It also makes every such allocation fault its pages in anew, which slows
+  CPU timings: scripts whose point is memory call it, timing-first scripts do not.
 """
 from __future__ import annotations
 
@@ -26,14 +27,12 @@ from del_core import DigitVocab
 M_MMAP_THRESHOLD = -3
 
 
-def _return_large_frees_to_the_system() -> None:
+def track_rss_precisely() -> None:
+    """Serve allocations over 64 KiB by their own mappings, returned to the system when freed."""
     try:
         ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 64 * 1024)
     except OSError:  # not glibc: RSS-based CPU peaks may overstate chunked computations
         pass
-
-
-_return_large_frees_to_the_system()
 
 Step = Callable[[], None]
 QWEN2_VOCAB = DigitVocab(digit_ids=tuple(range(15, 25)), point_id=13, name="qwen2")

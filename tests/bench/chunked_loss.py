@@ -32,7 +32,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from bench_common import IGNORE_INDEX, QWEN2_VOCAB, Step, int_list, make_labels, peak_mib, release_memory, synchronize
+from bench_common import (
+    IGNORE_INDEX, QWEN2_VOCAB, Step, int_list, make_labels, peak_mib, release_memory, synchronize, track_rss_precisely,
+)
 from del_core import build_loss
 
 
@@ -105,6 +107,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
+    if args.device.type == "cpu":
+        track_rss_precisely()
     print(f"device={args.device} dtype={args.dtype} V={args.vocab} H={args.hidden} chunk={args.chunk_size}", file=sys.stderr)
     rows = []
     for n in args.tokens:
