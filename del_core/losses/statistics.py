@@ -52,7 +52,11 @@ class LocalReducer:
 
 @dataclass(frozen=True)
 class VocabSlice:
-    """This process's contiguous vocabulary columns ``[start, end)`` of ``vocab_size``."""
+    """This process's contiguous vocabulary columns ``[start, end)`` of ``vocab_size``.
+
+    Under tensor parallelism every process of the group passes the same labels (global ids) and
+    its own slice; the statistics, and so the loss, come out identical on all of them.
+    """
 
     start: int
     end: int
@@ -112,20 +116,28 @@ def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice, own_z: bool = False,
     own_z = own_z or z.dtype != dtype
     z = z.to(dtype)
     reducer = s.vslice.reducer
-    local_lse = torch.logsumexp(z, dim=-1)
-    row_max = reducer.max_(local_lse.clone())
     owned = s.owned[rows]
-    parts = [
-        torch.exp(local_lse - row_max).unsqueeze(-1),
-        (z.gather(-1, s.local_target[rows].unsqueeze(-1)).squeeze(-1) * owned).unsqueeze(-1),
-    ]
+    target_logit = z.gather(-1, s.local_target[rows].unsqueeze(-1)).squeeze(-1) * owned
+    digits = None
     if s.digit_ids is not None:
         digits = torch.zeros(z.shape[0], 10, dtype=dtype, device=z.device)
         digits[:, s.digit_index] = z[:, s.columns]
+    if own_z:  # z becomes exp(z - local max) in place: no second [c, V] buffer
+        local_max = z.max(dim=-1).values
+        local_lse = local_max + torch.log(z.sub_(local_max.unsqueeze(-1)).exp_().sum(-1))
+    else:  # the caller's logits: one fused pass
+        local_lse = torch.logsumexp(z, dim=-1)
+    row_max = reducer.max_(local_lse.clone())
+    scale = torch.exp(local_lse - row_max)  # this slice's share of the sum-exp
+    parts = [scale.unsqueeze(-1), target_logit.unsqueeze(-1)]
+    if digits is not None:
         parts.append(digits)
     if s.embedding is not None:
-        local_q = (z.sub_(local_lse.unsqueeze(-1)) if own_z else z - local_lse.unsqueeze(-1)).exp_()
-        parts.append((local_q @ s.embedding) * parts[0])
+        if own_z:
+            local_q = z.mul_(torch.exp(local_max - local_lse).unsqueeze(-1))
+        else:
+            local_q = torch.sub(z, local_lse.unsqueeze(-1)).exp_()
+        parts.append((local_q @ s.embedding) * scale.unsqueeze(-1))
         parts.append(s.embedding[s.local_target[rows]] * owned.unsqueeze(-1))
         del local_q
     packed = reducer.sum_(torch.cat(parts, dim=-1))
@@ -133,7 +145,7 @@ def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice, own_z: bool = False,
     lse = row_max + torch.log(sum_exp)
     softmax = None
     if want_softmax and own_z and s.embedding is None:
-        softmax = z.sub_(lse.unsqueeze(-1)).exp_()
+        softmax = z.mul_(torch.exp(local_max - lse).unsqueeze(-1))
     ce = torch.where(s.valid[rows], lse - target_logit, torch.zeros_like(lse))
     digits = packed[:, 2:12] if s.digit_ids is not None else None
     expected = target_embedding = None
@@ -173,6 +185,8 @@ def _chunk_grad(z, s: _Setup, rows: slice, lse, expected, g_ce, g_digits, g_expe
 
 def _row_chunks(n_rows: int, chunk_size: int) -> list[slice]:
     """Row ranges of ``chunk_size``; one empty range for no rows (outputs keep their shapes)."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     return [slice(i, i + chunk_size) for i in range(0, n_rows, chunk_size)] or [slice(0, 0)]
 
 
@@ -356,8 +370,6 @@ def hidden_statistics(
     gradient (a plain token mean/sum of CE): the CE gradients are then formed in the forward pass
     and the backward needs no second pass over the vocabulary (see :class:`_FromHidden`).
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden [N, H] and weight [V, H] do not fit: {tuple(hidden.shape)}, {tuple(weight.shape)}")
     vslice = vslice or VocabSlice.full(weight.shape[0])
