@@ -130,7 +130,9 @@ class NumericLoss(torch.nn.Module):
     ) -> LossOutput:
         """The same loss from hidden states [..., T, H] and the LM-head weight [V or V_local, H],
         ``chunk_size`` tokens at a time: the [N, V] logits are never held whole. Gradients flow to
-        ``hidden`` and ``weight``."""
+        ``hidden`` and ``weight``. Under tensor parallelism pass ``head.gather_input(hidden)`` and
+        the head's rows (:class:`del_core.parallel.VocabParallelLMHead`), so that the hidden
+        gradient is summed over the group."""
         if not torch.is_floating_point(hidden):
             raise TypeError(f"hidden states must be floating point, got {hidden.dtype}")
         _check_shapes(hidden, labels, "hidden")
