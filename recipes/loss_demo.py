@@ -23,7 +23,7 @@ import torch
 
 from del_core import LOSS_NAMES, DigitVocab, build_loss, number_spans
 from del_core.tokenizers import load_tokenizer
-from recipes.prompting import format_prompt
+from recipes.data import collate, encode
 from recipes.synthetic_math import make_problems
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,40 +50,22 @@ def load_model(source: Path):
     return model, load_tokenizer(source)
 
 
-def encode(rows, tokenizer, max_length: int = 256):
-    """Token ids and shifted labels [B, T]: prompt tokens masked to -100, EOS appended."""
-    ids_list, label_list = [], []
-    for row in rows:
-        prompt = tokenizer(format_prompt(row["instruction"], row["input"]), add_special_tokens=False)["input_ids"]
-        answer = tokenizer(row["output"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        ids = (prompt + answer)[:max_length]
-        ids_list.append(ids)
-        label_list.append(([-100] * len(prompt) + answer)[:max_length])
-    width = max(map(len, ids_list))
+def make_batch(rows, tokenizer, max_length: int = 256) -> dict[str, torch.Tensor]:
+    """Tensors of ``recipes.data.collate``: prompt masked, EOS appended, targets aligned."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    labels = torch.full((len(rows), width), -100, dtype=torch.long)
-    attention = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, (ids, lab) in enumerate(zip(ids_list, label_list)):
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        labels[i, : len(lab)] = torch.tensor(lab)
-        attention[i, : len(ids)] = 1
-    # Position t predicts token t + 1: shift the labels once, here.
-    shifted = torch.cat([labels[:, 1:], torch.full((len(rows), 1), -100, dtype=torch.long)], dim=1)
-    return input_ids, attention, shifted
+    return collate([encode(row, tokenizer, max_length) for row in rows], pad)
 
 
 def logits_of(model, batch):
-    input_ids, attention, _ = batch
-    return model(input_ids=input_ids, attention_mask=attention).logits
+    return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
 
 def show_breakdown(model, tokenizer, vocab, batch) -> None:
     """Token-by-token DEL view of the first answer."""
-    input_ids, attention, labels = batch
+    labels = batch["targets"][:1]
     with torch.no_grad():
-        logits = logits_of(model, (input_ids[:1], attention[:1], labels[:1])).float()
-    spans = number_spans(labels[:1], vocab)
+        logits = logits_of(model, {key: value[:1] for key, value in batch.items()}).float()
+    spans = number_spans(labels, vocab)
     digits = vocab.digit_tensor()
     print("\nOne answer, token by token (u = DEL place value; p = model's digit-conditional prob of the target):")
     print(f"  {'token':>8} {'u':>7} {'p(target)':>10} {'H(digits)':>10} {'DEL term':>9}")
@@ -102,7 +84,7 @@ def show_breakdown(model, tokenizer, vocab, batch) -> None:
 
 
 def loss_table(model, vocab, batch, cost_embedding) -> None:
-    _, _, labels = batch
+    labels = batch["targets"]
     with torch.no_grad():
         logits = logits_of(model, batch)
     print(f"\nAll losses on {labels.shape[0]} held-out problems at the pretrained weights:")
@@ -119,7 +101,7 @@ def loss_table(model, vocab, batch, cost_embedding) -> None:
 
 def evaluate(model, vocab, batch) -> dict[str, float]:
     """Held-out CE, digit accuracy/entropy, and the share of computed results with every digit right."""
-    _, _, labels = batch
+    labels = batch["targets"]
     with torch.no_grad():
         logits = logits_of(model, batch)
         out = build_loss("mle", vocab)(logits, labels)
@@ -146,8 +128,8 @@ def fine_tune(model, vocab, loss_name: str, train_rows, tokenizer, steps: int, b
     model.train()
     for step in range(steps):
         start = (step * batch_size) % len(train_rows)
-        batch = encode(train_rows[start : start + batch_size], tokenizer)
-        out = loss_fn(logits_of(model, batch), batch[2])
+        batch = make_batch(train_rows[start : start + batch_size], tokenizer)
+        out = loss_fn(logits_of(model, batch), batch["targets"])
         optimiser.zero_grad(set_to_none=True)
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -184,7 +166,7 @@ def main(argv=None) -> None:
     vocab = DigitVocab.from_tokenizer(tokenizer, name=source.name)
     print(f"Digit vocabulary ({vocab.family}): '0'..'9' = {list(vocab.digit_ids)}, '.' = {vocab.point_id}")
 
-    held_out = encode(make_problems(args.eval_problems, seed=10_000 + args.seed), tokenizer)
+    held_out = make_batch(make_problems(args.eval_problems, seed=10_000 + args.seed), tokenizer)
     show_breakdown(model, tokenizer, vocab, held_out)
     cost_embedding = model.get_output_embeddings().weight.detach().clone()
     loss_table(model, vocab, held_out, cost_embedding)
