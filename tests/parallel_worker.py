@@ -12,8 +12,7 @@ import torch
 import torch.distributed as dist
 
 from del_core import DigitVocab, build_loss
-from del_core.parallel import VocabParallelLMHead, vocab_slice_for
-from del_core.parallel.comm import count_collectives
+from del_core.parallel import VocabParallelLMHead, count_collectives, vocab_slice_for
 
 
 def scenario_inputs(sc):

@@ -7,7 +7,7 @@
     out = loss_fn.from_hidden(head.gather_input(hidden), head.weight, labels,  # chunked, never [N, V]
                               vocab_slice=head.vocab_slice)
 """
-from .comm import CollectiveCounter, DistributedReducer, copy_to_tensor_parallel_region, vocab_range
+from .comm import CollectiveCounter, DistributedReducer, copy_to_tensor_parallel_region, count_collectives, vocab_range
 from .lm_head import VocabParallelLMHead, vocab_slice_for
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "DistributedReducer",
     "VocabParallelLMHead",
     "copy_to_tensor_parallel_region",
+    "count_collectives",
     "vocab_range",
     "vocab_slice_for",
 ]
