@@ -1,0 +1,86 @@
+"""What each rank trains on at each optimizer step, and the learning-rate schedule.
+
+Both are pure functions of (seed, step): resuming at step s replays exactly the batches and learning
+rates of an uninterrupted run, with no sampler state to save.
+
+Global batch of step s (epoch e = s // steps_per_epoch): the items at positions
+``[i*G, (i+1)*G)`` of the epoch's seeded permutation, i = s % steps_per_epoch, G the global batch
+size. Its j-th item goes to data-parallel rank ``(j // micro) % dp`` and accumulation micro-step
+``j // (micro * dp)``; so any (dp, accumulation) split of the same G covers the same items.
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """Assignment of dataset items to (step, micro-step, rank)."""
+
+    num_items: int
+    global_batch: int
+    micro_batch: int
+    data_parallel: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.global_batch % (self.micro_batch * self.data_parallel):
+            raise ValueError("global_batch must be a multiple of micro_batch x data_parallel")
+        if self.num_items < self.global_batch:
+            raise ValueError(
+                f"the data set has {self.num_items} sequences, fewer than one global batch of {self.global_batch}"
+            )
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Full global batches per epoch; the last ``num_items % global_batch`` items of each
+        epoch's permutation are not used in that epoch."""
+        return self.num_items // self.global_batch
+
+    @property
+    def accumulation(self) -> int:
+        return self.global_batch // (self.micro_batch * self.data_parallel)
+
+    def total_steps(self, epochs: float, max_steps: int) -> int:
+        return max_steps if max_steps > 0 else max(1, math.floor(epochs * self.steps_per_epoch))
+
+    def epoch_order(self, epoch: int) -> list[int]:
+        order = list(range(self.num_items))
+        random.Random(f"{self.seed}:{epoch}").shuffle(order)
+        return order
+
+    def global_batch_items(self, step: int) -> list[int]:
+        epoch, index = divmod(step, self.steps_per_epoch)
+        order = self.epoch_order(epoch)
+        return order[index * self.global_batch : (index + 1) * self.global_batch]
+
+    def micro_batches(self, step: int, rank: int) -> list[list[int]]:
+        """The ``accumulation`` micro-batches (item indices) of ``rank`` at ``step``."""
+        items = self.global_batch_items(step)
+        per_micro_step = self.micro_batch * self.data_parallel
+        return [
+            items[m * per_micro_step + rank * self.micro_batch : m * per_micro_step + (rank + 1) * self.micro_batch]
+            for m in range(self.accumulation)
+        ]
+
+
+def warmup_cosine(total_steps: int, warmup_ratio: float, min_ratio: float = 0.0):
+    """LR multiplier of step s (0-based): linear warm-up over ceil(warmup_ratio * total) steps
+    (the first step gets 1/warmup of the peak), then cosine decay to ``min_ratio`` at the end."""
+    warmup = math.ceil(warmup_ratio * total_steps)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = (step - warmup) / max(1, total_steps - warmup)
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+    return factor
+
+
+def lr_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float, min_ratio: float = 0.0):
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, warmup_ratio, min_ratio))
