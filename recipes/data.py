@@ -109,6 +109,30 @@ def load_rows(source: str | Path) -> list[dict[str, str]]:
     return [row for file in files for row in _read_file(file)]
 
 
+def read_source(spec: str, split: str = "train", seed: int = 0) -> list[dict[str, str]]:
+    """Rows of a data spec: ``synthetic:N`` (this project's arithmetic generator, seeded), a local
+    .json/.jsonl file or folder, or a Hugging Face hub dataset name (e.g. TIGER-Lab/MathInstruct,
+    needs network or a populated HF cache). Every row is validated; errors name the row."""
+    if spec.startswith("synthetic:"):
+        from recipes.synthetic_math import make_problems
+
+        count = spec.split(":", 1)[1]
+        if not count.isdigit() or int(count) <= 0:
+            raise DataError(f"data {spec!r}: expected synthetic:N with N > 0")
+        return make_problems(int(count), seed=seed)
+    if Path(spec).exists() or spec.endswith((".json", ".jsonl")):
+        return load_rows(spec)
+    try:
+        import datasets
+    except ImportError:
+        raise DataError(f"data {spec!r} is no local file, and the `datasets` package is not installed") from None
+    try:
+        table = datasets.load_dataset(spec, split=split)
+    except Exception as err:  # network, unknown name, missing split: say which source failed
+        raise DataError(f"data {spec!r}: neither a local file nor a loadable hub dataset ({type(err).__name__}: {err})") from None
+    return [_check_row(row, f"{spec} [{split}]: row {index}") for index, row in enumerate(table)]
+
+
 def encode(row: dict[str, str], tokenizer: Any, max_length: int) -> Example:
     """Tokenize one row: prompt masked, EOS appended, cut to ``max_length`` tokens."""
     if tokenizer.eos_token_id is None:

@@ -1,0 +1,73 @@
+"""The module DeepSpeed trains: a Hugging Face causal LM followed by a del_core loss.
+
+The loss sits inside the engine's module so that everything it reads from the model (the LM-head
+weight for the chunked path) is read during the module's own forward and backward, where ZeRO-3 can
+gather it (the training entry point registers that weight as an external parameter).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from del_core import LossOutput, NumericLoss
+
+METRIC_NAMES = ("n_tokens", "n_digits", "digit_entropy", "digit_acc")
+
+
+def as_tuple(out: LossOutput) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, ce, aux, metrics [4] in METRIC_NAMES order): plain tensors, which ZeRO-3's module
+    hooks can see (they do not look inside dataclasses)."""
+    zero = torch.zeros((), device=out.loss.device)
+    metrics = torch.stack([out.metrics.get(name, zero).float().to(out.loss.device) for name in METRIC_NAMES])
+    return out.loss, out.ce, out.aux, metrics
+
+
+class CausalLMObjective(torch.nn.Module):
+    """``forward(input_ids, targets, ...) -> (loss, ce, aux, metrics)``, see :func:`as_tuple`.
+
+    input_ids, targets [B, T] int64 (targets aligned: position t predicts targets[t], -100 ignored);
+    attention_mask [B, T] or None; position_ids [B, T] (restart at 0 for each packed example; with
+    ``attention_mask=None`` transformers then keeps attention inside each example).
+    loss_path "logits": the model's logits [B, T, V] go to the loss; "chunked": the last hidden
+    states and the LM-head weight go to ``loss.from_hidden``, ``chunk_size`` tokens at a time.
+    """
+
+    def __init__(self, lm: torch.nn.Module, loss_fn: NumericLoss, loss_path: str = "logits", chunk_size: int = 1024):
+        super().__init__()
+        self.lm = lm
+        # Not a submodule: its (frozen) buffers are no model state to partition, save or export.
+        self._loss_fn = (loss_fn,)
+        self.loss_path = loss_path
+        self.chunk_size = chunk_size
+        if loss_path == "chunked":
+            head = lm.get_output_embeddings()
+            if getattr(head, "bias", None) is not None:
+                raise ValueError("loss_path=chunked needs an LM head without bias")
+            if getattr(lm.config, "final_logit_softcapping", None):
+                raise ValueError("loss_path=chunked does not support final_logit_softcapping models")
+
+    @property
+    def loss_fn(self) -> NumericLoss:
+        return self._loss_fn[0]
+
+    def head_weight(self) -> torch.Tensor:
+        return self.lm.get_output_embeddings().weight
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        targets: torch.Tensor,
+        attention_mask: Optional[torch.Tensor] = None,
+        position_ids: Optional[torch.Tensor] = None,
+        num_tokens: Optional[torch.Tensor] = None,
+        num_digits: Optional[torch.Tensor] = None,
+    ) -> tuple[torch.Tensor, ...]:
+        inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+        if self.loss_path == "logits":
+            logits = self.lm(**inputs).logits
+            return as_tuple(self.loss_fn(logits, targets, num_tokens, num_digits))
+        hidden = self.lm.base_model(**inputs).last_hidden_state
+        return as_tuple(self.loss_fn.from_hidden(
+            hidden, self.head_weight(), targets, num_tokens, num_digits, chunk_size=self.chunk_size
+        ))

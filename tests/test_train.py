@@ -1,0 +1,153 @@
+"""recipes/train.py end to end under DeepSpeed on CPU (gloo): a tiny random Qwen2 with the real
+Qwen2 tokenizer, 2 processes unless said otherwise.
+
+Each run costs ~15-30 s (process start-up, imports, DeepSpeed initialisation); the module runs 10.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import real_tokenizer
+from train_helpers import make_tiny_qwen2, records, run_train, train_losses
+
+RTOL = 1e-5  # fp32 round-off between different reduction orders
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return make_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), real_tokenizer("qwen2"))
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model, tmp_path_factory) -> dict:
+    return dict(
+        model=str(tiny_model), data="synthetic:40", eval_size=0, max_length=128, global_batch_size=8,
+        micro_batch_size=2, max_steps=3, lr=1e-3, warmup_ratio=0.0, report_to="jsonl", gradient_checkpointing="false",
+        seed=3, loss="del", export="false", cache_dir=str(tmp_path_factory.mktemp("cache")),
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(base, tmp_path_factory) -> dict[int, float]:
+    """2 ranks, ZeRO-2, loss from full logits: the run the variants are compared with."""
+    out = tmp_path_factory.mktemp("ref")
+    run_train(2, {**base, "zero_stage": 2, "output_dir": out})
+    return train_losses(out)
+
+
+def _close(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for step in a:
+        assert math.isclose(a[step], b[step], rel_tol=RTOL), (step, a[step], b[step])
+
+
+def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
+    """ZeRO-3, gradient checkpointing on: same losses as ZeRO-2; the exported HF model reloads and
+    gives the held-out CE that training measured with the engine's final weights."""
+    out = tmp_path / "run"
+    overrides = {**base, "zero_stage": 3, "gradient_checkpointing": "true", "export": "true", "eval_size": 6,
+                 "output_dir": out}
+    proc = run_train(2, overrides)
+    _close(train_losses(out), reference)
+
+    rows = records(out)
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    for r in rows:
+        assert math.isclose(r["loss"], r["ce"] + r["aux"], rel_tol=1e-6)
+        assert r["aux"] > 0 and 0 <= r["digit_acc"] <= 1 and r["digit_entropy"] > 0
+        assert r["grad_norm"] > 0 and r["tokens_per_s"] > 0 and r["peak_mem_gb"] > 0
+        assert r["lr"] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * (r["step"] - 1) / 3)))
+    final = records(out, "final")[0]
+    assert final["step"] == 3 and "before_ce" in final and "after_ce" in final
+    assert "Held-out" in proc.stdout
+
+    from transformers import AutoModelForCausalLM
+
+    from del_core.tokenizers import load_tokenizer
+    from recipes.config import load_config
+    from recipes.data import collate
+    from recipes.heldout import summarise, teacher_forced_sums
+    from recipes.train import prepare_data
+
+    assert (out / "final" / "model.safetensors").is_file()
+    model = AutoModelForCausalLM.from_pretrained(str(out / "final"), dtype=torch.float32).eval()
+    tokenizer = load_tokenizer(out / "final")
+    config = load_config(None, [f"{k}={v}" for k, v in overrides.items()])
+    _, _, examples = prepare_data(config, tokenizer, lambda *_: None)
+    batch = collate(examples, tokenizer.eos_token_id)
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    ce = summarise(teacher_forced_sums(logits, batch["targets"], None))["ce"]
+    assert ce == pytest.approx(final["after_ce"], rel=1e-5)
+    assert final["after_ce"] != pytest.approx(final["before_ce"], rel=1e-3)  # training changed the model
+
+
+def test_zero3_chunked_loss_matches(base, reference, tmp_path):
+    """The chunked loss (hidden states + gathered LM-head weight, never full logits) under ZeRO-3."""
+    out = tmp_path / "run"
+    run_train(2, {**base, "zero_stage": 3, "loss_path": "chunked", "chunk_size": 37, "output_dir": out})
+    _close(train_losses(out), reference)
+
+
+def test_zero3_offload_matches(base, reference, tmp_path):
+    out = tmp_path / "run"
+    proc = run_train(2, {**base, "offload": "true", "output_dir": out})
+    assert "offload" in proc.stdout
+    _close(train_losses(out), reference)
+
+
+def test_accumulation_and_data_parallel_split_do_not_matter(base, tmp_path):
+    """1 rank x accumulation 4 and 2 ranks x accumulation 2 over the same global batch of 8: the
+    same losses and the same exported weights (fp32 round-off)."""
+    from safetensors.torch import load_file
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = {**base, "zero_stage": 3, "max_steps": 2, "export": "true"}
+    run_train(1, {**common, "output_dir": one})
+    run_train(2, {**common, "output_dir": two})
+    _close(train_losses(one), train_losses(two))
+    a, b = load_file(one / "final" / "model.safetensors"), load_file(two / "final" / "model.safetensors")
+    assert a.keys() == b.keys()
+    initial = load_file(Path(base["model"]) / "model.safetensors")
+    moved = 0.0
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=2e-6)
+        moved = max(moved, (a[key] - initial[key]).abs().max().item())
+    assert moved > 1e-4  # the updates are large enough for the comparison to mean something
+
+
+def test_resume_after_a_crash_equals_the_uninterrupted_run(base, tmp_path):
+    """6 steps straight vs 3 steps + checkpoint, an abrupt exit in step 4, resume=auto (with a
+    half-written checkpoint directory lying around): steps 4-6 have identical losses."""
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    common = {**base, "zero_stage": 3, "max_steps": 6, "data": "synthetic:24", "warmup_ratio": 0.2}
+    run_train(2, {**common, "output_dir": straight})
+    run_train(2, {**common, "output_dir": crashed, "save_every": 3, "fail_at_step": 4}, expect_rc=1)
+    assert sorted(train_losses(crashed)) == [1, 2, 3]
+    torn = crashed / "checkpoints" / "step_000005"
+    torn.mkdir()
+    (torn / "mp_rank_00_model_states.pt").write_bytes(b"half")
+    proc = run_train(2, {**common, "output_dir": crashed, "save_every": 3, "resume": "auto"})
+    assert "ignoring" in proc.stdout and "step_000005" in proc.stdout
+    assert "continuing from" in proc.stdout and "step 3" in proc.stdout
+    expected, resumed = train_losses(straight), train_losses(crashed)
+    assert sorted(resumed) == [1, 2, 3, 4, 5, 6]
+    for step in (4, 5, 6):
+        assert resumed[step] == expected[step], (step, resumed[step], expected[step])
+    assert not torn.exists()  # pruned once the step-6 checkpoint was complete
+
+
+def test_bad_recipe_key_is_named(tmp_path):
+    proc = run_train(1, {"lerning_rate": 1}, expect_rc=2)
+    assert "unknown key 'lerning_rate'" in proc.stderr
+
+
+def test_bad_data_row_is_named(base, tmp_path):
+    data = tmp_path / "rows.jsonl"
+    data.write_text('{"instruction": "1+1?", "output": "2"}\n{"instruction": "2+2?"}\n')
+    proc = run_train(1, {**base, "data": data, "output_dir": tmp_path / "run"}, expect_rc=2)
+    assert f"{data}: row 2: field 'output' is missing" in proc.stderr

@@ -1,0 +1,64 @@
+"""Running recipes/train.py in subprocesses (1 process, or torchrun with N) for the training tests."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TRAIN = REPO / "recipes" / "train.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def make_tiny_qwen2(directory: Path, tokenizer) -> Path:
+    """A random-initialised 2-layer Qwen2 with the real Qwen2 tokenizer (151,936 rows), saved as
+    a Hugging Face directory."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+    )
+    Qwen2ForCausalLM(config).save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory
+
+
+def run_train(nproc: int, overrides: dict, timeout: int = 300, expect_rc: int = 0, recipe=None) -> subprocess.CompletedProcess:
+    """``recipes/train.py [recipe] key=value ...``; one plain process when nproc == 1, else torchrun."""
+    args = ([str(recipe)] if recipe else []) + [f"{k}={v}" for k, v in overrides.items() if k != "recipe"]
+    if nproc == 1:
+        command = [sys.executable, str(TRAIN), *args]
+    else:
+        command = [
+            sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
+            f"--master_port={free_port()}", str(TRAIN), *args,
+        ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != expect_rc:
+        raise AssertionError(
+            f"train.py exited {proc.returncode} (expected {expect_rc})\n--- stdout\n{proc.stdout[-6000:]}"
+            f"\n--- stderr\n{proc.stderr[-6000:]}"
+        )
+    return proc
+
+
+def records(output_dir: Path, kind: str = "train") -> list[dict]:
+    path = Path(output_dir) / "metrics.jsonl"
+    return [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == kind]
+
+
+def train_losses(output_dir: Path) -> dict[int, float]:
+    return {r["step"]: r["loss"] for r in records(output_dir)}
