@@ -1,10 +1,10 @@
-# The README's two commands: `make demo` (main job, offline, CPU) and `make test`.
+# The README's two commands: `make train` (main job, offline, CPU) and `make test`.
 # Both create the virtual environment .venv on first use.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install demo test bench
+.PHONY: install train demo test bench
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	touch $@
 
 install: $(VENV)/.installed
+
+train: install
+	$(BIN)/python recipes/train.py recipes/configs/tiny.yaml
 
 demo: install
 	$(BIN)/python recipes/loss_demo.py
