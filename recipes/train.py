@@ -44,6 +44,9 @@ from recipes.reporting import Reporter, SilentReporter
 from recipes.schedule import StepPlan, lr_scheduler
 
 
+RUN_STATUS = "run_status.json"  # {"status": "running" | "stopped" | "finished", "step": N}; launchers read it
+
+
 # --- process group --------------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as sock:
@@ -231,7 +234,8 @@ def export(engine, objective, tokenizer, config: TrainConfig, zero3: bool, rank:
 
 # --- the run --------------------------------------------------------------------------------
 class StopRequest:
-    """SIGTERM/SIGINT (e.g. slurm pre-emption) -> finish the step, checkpoint, exit."""
+    """SIGTERM or SIGUSR1 (slurm pre-emption, time limit) -> finish the step, write a checkpoint,
+    set OUTPUT_DIR/run_status.json to "stopped" and exit 0 (launch/slurm requeues such runs)."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -338,6 +342,8 @@ def run(config: TrainConfig) -> dict:
         "total_steps": total_steps, "loss": config.loss,
     }
     start_step = resume_from(engine, config, run_state, rank, log)
+    if rank == 0:
+        checkpoints.write_json_atomic(output_dir / RUN_STATUS, {"status": "running", "step": start_step})
     ctx = {"rank": rank, "world": world, "device": device, "pad_id": pad_id, "zero3": zero3}
 
     reporter = (
@@ -408,6 +414,8 @@ def run(config: TrainConfig) -> dict:
             save_checkpoint(engine, config, step, run_state, rank, log)
         if stop_now and step < total_steps:
             log(f"[stop] signal received: checkpoint of step {step} written; resume with resume=auto")
+            if rank == 0:
+                checkpoints.write_json_atomic(output_dir / RUN_STATUS, {"status": "stopped", "step": step})
             reporter.close()
             dist.barrier()
             return {"stopped_at": step}
@@ -427,6 +435,7 @@ def run(config: TrainConfig) -> dict:
     reporter.log(final, console=False)
     if rank == 0:
         print_learned(results, eval_rows, config, log)
+        checkpoints.write_json_atomic(output_dir / RUN_STATUS, {"status": "finished", "step": step})
     reporter.close()
     return final
 

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One node of a slurm job (started by launch/slurm/train.sbatch through srun): torchrun with this
+# node's rank, output to LOG_DIR/node<rank>.log and to the job log.
+#
+#   node.sh [--print] key=value ...     (--print: write the command and exit)
+#
+# Reads SLURM_NODEID, NNODES, MASTER_ADDR, MASTER_PORT, GPUS_PER_NODE (0 = CPU with
+# CPU_PROCS_PER_NODE processes, gloo), DEL_REPO, LOG_DIR, PYTHON. Forwards USR1/TERM to the
+# training processes, which then checkpoint and stop.
+set -euo pipefail
+
+PRINT=0
+if [[ "${1:-}" == --print ]]; then
+    PRINT=1
+    shift
+fi
+REPO="${DEL_REPO:?DEL_REPO is unset (node.sh is started by train.sbatch)}"
+NODE_RANK="${SLURM_NODEID:?SLURM_NODEID is unset}"
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -x "$REPO/.venv/bin/python" ]]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
+fi
+
+if [[ "${GPUS_PER_NODE}" -eq 0 ]]; then
+    NPROC="${CPU_PROCS_PER_NODE:-1}"
+    export DS_ACCELERATOR=cpu
+else
+    NPROC="$GPUS_PER_NODE"
+fi
+
+CMD=("$PYTHON" -m torch.distributed.run
+     --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC"
+     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT"
+     "$REPO/recipes/train.py" "$@")
+if [[ "$PRINT" == 1 ]]; then
+    printf '%q ' "${CMD[@]}"
+    echo
+    exit 0
+fi
+
+mkdir -p "$LOG_DIR"
+exec > >(tee -a "$LOG_DIR/node${NODE_RANK}.log") 2>&1
+echo "[node $NODE_RANK] $(hostname): ${CMD[*]}"
+
+"${CMD[@]}" &
+LAUNCHER=$!
+# shellcheck disable=SC2329  # invoked by the traps
+forward() {
+    echo "[node $NODE_RANK] $1: forwarding USR1 to the training processes"
+    pkill -USR1 -P "$LAUNCHER" 2> /dev/null || true
+}
+trap 'forward USR1' USR1
+trap 'forward TERM' TERM
+status=0
+while true; do
+    wait "$LAUNCHER" && status=0 || status=$?
+    if kill -0 "$LAUNCHER" 2> /dev/null; then continue; fi
+    break
+done
+echo "[node $NODE_RANK] torchrun exited $status"
+exit "$status"

@@ -1,0 +1,179 @@
+"""launch/ and docker/: the scripts lint clean, print the right per-node commands, and really launch
+(a 2-"node" slurm job with fake srun/scontrol on loopback, the single-node launcher on CPU, a stop
+signal that checkpoints)."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import real_tokenizer
+from train_helpers import REPO, free_port, make_tiny_qwen2, records
+
+SCRIPTS = [REPO / "launch" / "train.sh", REPO / "launch" / "docker.sh", REPO / "launch" / "slurm" / "train.sbatch",
+           REPO / "launch" / "slurm" / "node.sh", REPO / "tests" / "fake_slurm" / "scancel"]
+FAKE_SLURM = REPO / "tests" / "fake_slurm"
+BIN = Path(sys.executable).parent
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name) or (str(BIN / name) if (BIN / name).exists() else None)
+    if path is None:
+        pytest.skip(f"{name} is not installed (requirements-test.txt)")
+    return path
+
+
+def test_shell_scripts_are_shellcheck_clean():
+    proc = subprocess.run([_tool("shellcheck"), *map(str, SCRIPTS)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout
+
+
+def test_dockerfile_is_hadolint_clean():
+    proc = subprocess.run([_tool("hadolint"), "--config", str(REPO / ".hadolint.yaml"), str(REPO / "docker" / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dockerfile_installs_the_pinned_stack():
+    text = (REPO / "docker" / "Dockerfile").read_text()
+    assert text.startswith("# syntax") and "FROM nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04" in text
+    assert "grep '^torch==' requirements.txt" in text and "grep '^deepspeed==' requirements.txt" in text
+    assert 'TORCH_CUDA_ARCH_LIST="8.0;9.0"' in text and "DS_BUILD_FUSED_ADAM=1" in text
+    assert "\nUSER ${USER_UID}\n" in text
+    ignored = (REPO / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and ".git" in ignored
+
+
+def _slurm_env(tmp_path: Path, nodes: int, nodelist: str, **extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(
+        PATH=f"{FAKE_SLURM}:{BIN}:{env['PATH']}", FAKE_SLURM_LOG=str(tmp_path / "slurm.log"),
+        SLURM_JOB_NODELIST=nodelist, SLURM_JOB_NUM_NODES=str(nodes), SLURM_JOB_ID="4242",
+        SLURM_JOB_NAME="del-test", PYTHON=sys.executable, **extra,
+    )
+    return env
+
+
+@pytest.mark.parametrize("nodes, nodelist", [(1, "gpu07"), (2, "gpu[01-02]"), (16, "gpu[01-16]")])
+def test_slurm_dry_run_prints_every_node_command(tmp_path, nodes, nodelist):
+    env = _slurm_env(tmp_path, nodes, nodelist, DRY_RUN="1", GPUS_PER_NODE="8")
+    proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "recipes/configs/qwen2.5-7b.yaml",
+                           "loss=mle"], env=env, capture_output=True, text=True, check=True)
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == nodes
+    for rank, line in enumerate(lines):
+        host = f"gpu{rank + 1:02d}" if nodes > 1 else "gpu07"
+        prefix = f"node {rank} ({host}): "
+        assert line.startswith(prefix)
+        argv = shlex.split(line[len(prefix):])
+        assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+        opts = dict(zip(argv[3:13:2], argv[4:13:2]))
+        assert opts == {
+            "--nnodes": str(nodes), "--node_rank": str(rank), "--nproc_per_node": "8",
+            "--master_addr": "gpu01" if nodes > 1 else "gpu07", "--master_port": str(20000 + 4242),
+        }
+        assert argv[13:] == [str(REPO / "recipes" / "train.py"), "recipes/configs/qwen2.5-7b.yaml", "loss=mle",
+                             "resume=auto", "output_dir=runs/del-test"]
+
+
+def test_slurm_dry_run_user_keys_win_and_bad_nodelist_is_named(tmp_path):
+    env = _slurm_env(tmp_path, 2, "gpu[01-02]", DRY_RUN="1")
+    proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml", "resume=no"],
+                          env=env, capture_output=True, text=True, check=True)
+    assert proc.stdout.splitlines()[0].endswith("resume=auto output_dir=runs/del-test resume=no ")
+    env = _slurm_env(tmp_path, 3, "gpu[01-02]", DRY_RUN="1")
+    proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml"], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "expands to 2 hosts, but the job has 3 nodes" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    return make_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), real_tokenizer("qwen2"))
+
+
+def _overrides(tiny_model: Path, tmp_path: Path, **extra) -> list[str]:
+    values = dict(model=tiny_model, data="synthetic:16", eval_size=0, max_length=96, global_batch_size=4,
+                  micro_batch_size=1, max_steps=2, lr=1e-3, report_to="jsonl", gradient_checkpointing="false",
+                  export="false", zero_stage=3, cache_dir=tmp_path / "cache")
+    values.update(extra)
+    return [f"{k}={v}" for k, v in values.items()]
+
+
+def test_slurm_job_with_two_nodes_forms_one_world(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    env = _slurm_env(tmp_path, 2, "localhost,localhost", GPUS_PER_NODE="0", CPU_PROCS_PER_NODE="1",
+                     OUTPUT_DIR=str(out), MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+    proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), *_overrides(tiny_model, tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert (tmp_path / "slurm.log").read_text().startswith("srun 2 ")
+    logs = {n: (out / "logs" / f"node{n}.log").read_text() for n in (0, 1)}
+    for n in (0, 1):
+        assert f"[node {n}]" in logs[n] and f"--node_rank {n}" in logs[n] and "--nnodes 2" in logs[n]
+        assert "torchrun exited 0" in logs[n]
+    assert "[run] 2 rank(s) on CPU, ZeRO-3" in logs[0]  # both nodes joined one world of 2
+    assert [r["step"] for r in records(out)] == [1, 2]
+    assert json.loads((out / "run_status.json").read_text())["status"] == "finished"
+    assert "run status: finished" in proc.stdout
+
+
+def test_single_node_launcher_on_cpu(tiny_model, tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "DEVICE": "cpu", "NPROC": "2", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
+    dry = subprocess.run(["bash", str(REPO / "launch" / "train.sh"), "r.yaml", "loss=mle"], env={**env, "DRY_RUN": "1"},
+                         capture_output=True, text=True, check=True)
+    assert shlex.split(dry.stdout) == [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                       "--nproc_per_node", "2", str(REPO / "recipes" / "train.py"), "r.yaml", "loss=mle"]
+    proc = subprocess.run(["bash", str(REPO / "launch" / "train.sh"), *_overrides(tiny_model, tmp_path, output_dir=out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "[run] 2 rank(s) on CPU" in proc.stdout and [r["step"] for r in records(out)] == [1, 2]
+
+
+def test_docker_launcher_dry_run(tmp_path):
+    recipe = tmp_path / "mine.yaml"
+    recipe.write_text("loss: del\n")
+    (tmp_path / "data").mkdir()
+    env = {**os.environ, "DRY_RUN": "1", "IMAGE": "del-train:test", "RUNS_DIR": "/scratch/runs",
+           "DATA_DIR": str(tmp_path / "data"), "HF_CACHE": "/hf", "DEL_CACHE": "/dc", "NPROC": "4"}
+    proc = subprocess.run(["bash", str(REPO / "launch" / "docker.sh"), str(recipe), "lr=1e-5"], env=env,
+                          capture_output=True, text=True, check=True)
+    argv = shlex.split(proc.stdout)
+    assert argv[:3] == ["docker", "run", "--rm"] and "--ipc=host" in argv
+    assert argv[argv.index("--gpus") + 1] == "all"
+    mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
+    assert mounts == ["/scratch/runs:/runs", "/hf:/cache/huggingface", "/dc:/cache/del_core",
+                      f"{tmp_path / 'data'}:/data:ro", f"{tmp_path}:/recipe:ro"]
+    assert argv[-4:] == ["del-train:test", "/recipe/mine.yaml", "output_dir=/runs/mine", "lr=1e-5"]
+    assert argv[argv.index("-e") + 1] == "NPROC"
+
+
+def test_stop_signal_checkpoints_and_marks_the_run_stopped(tiny_model, tmp_path):
+    """USR1 (what launch/slurm forwards before the time limit): the step finishes, a complete
+    checkpoint is written, run_status.json says stopped, the process exits 0."""
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
+    proc = subprocess.Popen([sys.executable, str(REPO / "recipes" / "train.py"),
+                             *_overrides(tiny_model, tmp_path, output_dir=out, max_steps=500, data="synthetic:64")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.time() + 240
+    while time.time() < deadline and not (metrics.exists() and records(out)):
+        assert proc.poll() is None, proc.stdout.read()[-4000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGUSR1)
+    output, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, output[-4000:]
+    status = json.loads((out / "run_status.json").read_text())
+    assert status["status"] == "stopped" and 1 <= status["step"] < 500
+    assert (out / "checkpoints" / f"step_{status['step']:06d}" / "COMPLETE.json").is_file()
+    assert [r["step"] for r in records(out)] == list(range(1, status["step"] + 1))
