@@ -1,0 +1,114 @@
+"""Numbers in answers: finding them in text, parsing, comparing with a tolerance, and their digits.
+
+Comparison (:func:`numbers_match`), the rule of this project (the authors' release rounds the
+prediction to an integer for integer golds and accepts 4% relative error otherwise):
+  * a gold written as an integer or a fraction ("18", "3/4", ``\frac{266664}{5}``) is exact: the
+    prediction must equal it; only binary floating-point round-off is forgiven
+    (|p - g| <= 1e-9 * max(1, |g|), e.g. a program printing 17.999999999999996 for 18);
+  * a gold written as a decimal with k fractional digits is taken as the true value rounded to k
+    places: the prediction matches when it rounds to the gold there, |p - g| <= 0.5 * 10**-k
+    ("583.3333333333334" and "583.33334" match "583.3333"; "28.0833" matches "28.08"; "583.33" does
+    not match "583.3333"). The tolerance is relative to the gold's written precision; a fixed
+    relative tolerance fails both ways on these files (1e-4 accepts 53333.8 for 266664/5 = 53332.8
+    and rejects 28.0833 for 28.08).
+Thousands commas ("1,234"), a leading "$", and simple fractions ("3/4", ``\\frac{3}{4}``) parse.
+"""
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal, InvalidOperation
+from fractions import Fraction
+from typing import Optional
+
+ROUND_OFF = Fraction(1, 10**9)
+
+# "-1,234.5", "1234", ".5", "3/4"; thousands commas only in groups of three (so "15,9" is a list)
+NUMBER_PATTERN = re.compile(
+    r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?(?![\d])"
+    r"|(?<![\w.])-?\.\d+"
+)
+_LATEX_FRACTION = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(\d+)\}$")
+
+
+def find_numbers(text: str) -> list[str]:
+    """The numbers written in ``text``, in order, as written (commas kept)."""
+    text = re.sub(r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", r"\1/\2", text)
+    return [m.group(0) for m in NUMBER_PATTERN.finditer(text.replace("\u2212", "-"))]
+
+
+def parse_number(text) -> Optional[Fraction]:
+    """An exact value for a number as written ("1,234.50", "$3", "3/4", "\\frac{3}{4}", "1e-05",
+    "12%"), or None."""
+    if text is None:
+        return None
+    value = str(text).strip().replace("\u2212", "-").rstrip(".").strip()
+    value = re.sub(r"^\$\s*|\s*\\?%$|^\\\$\s*", "", value).replace(" ", "")
+    latex = _LATEX_FRACTION.match(value)
+    if latex:
+        sign, num, den = latex.groups()
+        value = f"{sign}{num}/{den}"
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", value):
+        value = value.replace(",", "")
+    try:
+        if "/" in value:
+            num, den = value.split("/")
+            return Fraction(Decimal(num)) / Fraction(Decimal(den))
+        number = Decimal(value)
+    except (InvalidOperation, ValueError, ZeroDivisionError):
+        return None
+    return Fraction(number) if number.is_finite() else None
+
+
+def fractional_digits(text: str) -> int:
+    """How many digits a number is written with after its point ("583.3333" -> 4, "18" -> 0)."""
+    match = re.search(r"\.(\d+)\s*$", str(text).strip().rstrip("%"))
+    return len(match.group(1)) if match else 0
+
+
+def numbers_match(prediction, gold) -> bool:
+    """The module's comparison rule; either side unparsable -> False."""
+    p, g = parse_number(prediction), parse_number(gold)
+    if p is None or g is None:
+        return False
+    if p == g:
+        return True
+    k = fractional_digits(gold)
+    if k == 0:
+        return abs(p - g) <= ROUND_OFF * max(1, abs(g))
+    return abs(p - g) <= Fraction(1, 2 * 10**k)
+
+
+def log_abs_error(prediction: Fraction, gold: Fraction) -> float:
+    """|sign(p) ln(1+|p|) - sign(g) ln(1+|g|)| (the spec's log-MAE term)."""
+    def signed_log(x: Fraction) -> float:
+        return math.copysign(math.log1p(abs(float(x))), float(x))
+
+    return abs(signed_log(prediction) - signed_log(gold))
+
+
+def digit_places(value: Fraction, fraction_digits: int) -> tuple[str, str]:
+    """(integer digits, first ``fraction_digits`` fractional digits) of |value|, truncated, e.g.
+    (583.33333.., 4) -> ("583", "3333")."""
+    value = abs(value)
+    integer = value.numerator // value.denominator
+    rest = value - integer
+    frac = "".join(str(int(rest * 10 ** (i + 1)) % 10) for i in range(fraction_digits))
+    return str(integer), frac
+
+
+def place_hits(prediction: Fraction, gold: Fraction, gold_text: str) -> dict[str, bool]:
+    """Per place of the gold as written: does the prediction have the same digit there?
+
+    Keys: "10^0" (units), "10^1" (tens), ..., "10^-1" (tenths), ...; the places are those the
+    gold is written with; a place the prediction lacks counts as the digit 0."""
+    k = fractional_digits(gold_text)
+    gold_int, gold_frac = digit_places(gold, k)
+    pred_int, pred_frac = digit_places(prediction, k)
+    pred_int = pred_int.rjust(len(gold_int), "0")
+    hits = {}
+    for power in range(len(gold_int)):
+        hits[f"10^{power}"] = gold_int[-1 - power] == pred_int[-1 - power]
+    for i in range(k):
+        hits[f"10^-{i + 1}"] = gold_frac[i] == pred_frac[i]
+    return hits

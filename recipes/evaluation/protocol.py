@@ -1,0 +1,106 @@
+"""The evaluation protocol: records + a generator -> scored rows; and re-scoring saved outputs.
+
+:func:`evaluate` (zero-shot, greedy): open-ended records get the program-of-thought prompt; the
+program found in the output runs in the sandbox and its printed answer is extracted; records left
+without an answer (no program, a failed program, nothing parseable printed) are asked again in
+chain of thought and answered from the text. Multiple-choice records get one chain-of-thought
+prompt. :func:`score_outputs` scores saved outputs without a model (``--score-only``).
+
+A row: benchmark, index, kind, mode (pot | cot | cot_retry | score_only), prompt, output, program
+(the code run, or null), sandbox (status and stdout tail, or null), answer (null: no answer), gold,
+correct, unanswered; a cot_retry row also keeps its first attempt under ``program_attempt``.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Iterable, Optional, Sequence
+
+from recipes.evaluation.benchmarks import Record
+from recipes.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
+from recipes.evaluation.prompts import chain_of_thought_prompt, program_prompt
+from recipes.evaluation.sandbox import SandboxLimits, run_programs
+from recipes.evaluation.scoring import is_correct
+
+STDOUT_KEPT = 2000  # characters of a program's stdout kept in a row (its tail)
+
+
+def _row(record: Record, mode: str, prompt: Optional[str], output: str, answer, program=None, sandbox=None) -> dict:
+    return {
+        "benchmark": record.benchmark, "index": record.index, "kind": record.kind, "mode": mode,
+        "prompt": prompt, "output": output, "program": program, "sandbox": sandbox,
+        "answer": answer, "gold": record.gold, "correct": is_correct(answer, record), "unanswered": answer is None,
+    }
+
+
+def run_program_outputs(records: Sequence[Record], outputs: Sequence[str], limits: SandboxLimits,
+                        workers: int) -> list[tuple]:
+    """For each output: (answer or None, program or None, sandbox summary or None)."""
+    from tqdm import tqdm
+
+    programs = [program_from_output(output) for output in outputs]
+    to_run = [i for i, program in enumerate(programs) if program is not None]
+    with tqdm(total=len(to_run), desc="run programs", unit="prog", file=sys.stderr, dynamic_ncols=True,
+              disable=None) as bar:
+        results = run_programs([programs[i] for i in to_run], limits, workers, progress=lambda: bar.update(1))
+    by_output = dict(zip(to_run, results))
+    answered = []
+    for i, (record, program) in enumerate(zip(records, programs)):
+        result = by_output.get(i)
+        if result is None:
+            answered.append((None, None, None))
+            continue
+        answer = answer_from_program_output(result.stdout, record.kind, record.choices) if result.ok else None
+        sandbox = {"status": result.status, "stdout": result.stdout[-STDOUT_KEPT:]}
+        answered.append((answer, program, sandbox))
+    return answered
+
+
+def evaluate(records: Sequence[Record], generator, limits: SandboxLimits = SandboxLimits(), workers: int = 4) -> list[dict]:
+    """Scored rows for ``records`` (in their order), by the protocol of the module docstring."""
+    rows: dict[tuple, dict] = {}
+    open_ended = [r for r in records if r.kind != "choice"]
+    retry: list[Record] = []
+    if open_ended:
+        prompts = [program_prompt(r) for r in open_ended]
+        outputs = generator.generate(prompts, desc="program of thought")
+        for record, prompt, output, (answer, program, sandbox) in zip(
+                open_ended, prompts, outputs, run_program_outputs(open_ended, outputs, limits, workers)):
+            rows[(record.benchmark, record.index)] = _row(record, "pot", prompt, output, answer, program, sandbox)
+            if answer is None:
+                retry.append(record)
+    cot = retry + [r for r in records if r.kind == "choice"]
+    if cot:
+        prompts = [chain_of_thought_prompt(r) for r in cot]
+        outputs = generator.generate(prompts, desc="chain of thought")
+        for record, prompt, output in zip(cot, prompts, outputs):
+            key = (record.benchmark, record.index)
+            row = _row(record, "cot_retry" if key in rows else "cot", prompt, output,
+                       answer_from_text(output, record.kind, record.choices))
+            if key in rows:
+                first = rows[key]
+                row["program_attempt"] = {k: first[k] for k in ("prompt", "output", "program", "sandbox")}
+            rows[key] = row
+    return [rows[(r.benchmark, r.index)] for r in records]
+
+
+def _looks_like_program(output: str) -> bool:
+    return "```" in output or "print(" in output
+
+
+def score_outputs(items: Iterable[tuple[Record, str, str]], limits: SandboxLimits = SandboxLimits(),
+                  workers: int = 4) -> list[dict]:
+    """Rows for saved outputs: (record, output, mode) with mode auto | pot | cot. For open-ended
+    records, ``pot`` (or ``auto`` when the output has a code fence or a print call) runs the
+    program and, under ``auto``, falls back to reading the text when that gives no answer;
+    multiple-choice outputs are always read as text."""
+    items = list(items)
+    runs = [i for i, (record, output, mode) in enumerate(items)
+            if record.kind != "choice" and (mode == "pot" or (mode == "auto" and _looks_like_program(output)))]
+    ran = dict(zip(runs, run_program_outputs([items[i][0] for i in runs], [items[i][1] for i in runs], limits, workers)))
+    rows = []
+    for i, (record, output, mode) in enumerate(items):
+        answer, program, sandbox = ran.get(i, (None, None, None))
+        if answer is None and (mode != "pot" or record.kind == "choice"):
+            answer = answer_from_text(output, record.kind, record.choices)
+        rows.append(_row(record, "score_only", None, output, answer, program, sandbox))
+    return rows

@@ -1,0 +1,99 @@
+"""Every question of the seven benchmark files: its gold answer, written the ways a model writes it,
+scores 100%; a hand-made wrong answer scores 0%."""
+import contextlib
+import io
+
+import pytest
+
+from conftest import shared_dir
+from recipes.evaluation.benchmarks import BENCHMARKS, LETTERS, OPEN_ENDED, load_benchmark
+from recipes.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
+from recipes.evaluation.numbers import parse_number
+from recipes.evaluation.protocol import score_outputs
+from recipes.evaluation.sandbox import SandboxLimits
+from recipes.evaluation.scoring import is_correct, summarize
+
+ROWS = {"gsm8k": 1319, "math": 5000, "svamp": 1000, "simuleq": 514, "aqua": 254, "sat": 220, "mmlu_mathematics": 974}
+
+
+@pytest.fixture(scope="module")
+def data_dir():
+    root = shared_dir()
+    if root is None:
+        pytest.skip("shared material not found: set DEL_SHARED_DIR")
+    return root / "data" / "benchmarks"
+
+
+def gold_text(record) -> str:
+    return ", ".join(record.gold) if isinstance(record.gold, list) else record.gold
+
+
+def written_answers(record):
+    """The gold as a model writes it: plain, "The answer is X.", \\boxed{X}."""
+    gold = gold_text(record)
+    return {"plain": gold, "answer is": f"Let me think step by step. The answer is {gold}.",
+            "boxed": f"So the final answer is $\\boxed{{{gold}}}$."}
+
+
+def gold_program(record) -> str:
+    if record.kind in ("number", "numbers"):
+        values = record.gold if isinstance(record.gold, list) else [record.gold]
+        return "print(" + ", ".join(values) + ")"
+    return f"answer = {gold_text(record)!r}\nprint(answer)"
+
+
+def printed(code: str) -> str:
+    """What the program prints (run here: these programs are ours and trivial)."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        exec(code, {})
+    return buffer.getvalue()
+
+
+def wrong_answer(record) -> str:
+    if record.kind == "choice":
+        return LETTERS[(LETTERS.index(record.gold) + 1) % len(record.choices)]
+    gold = record.gold[0] if isinstance(record.gold, list) else record.gold
+    value = parse_number(gold)
+    if value is None:
+        return gold + "+1"
+    return str(value + 1) if value.denominator == 1 else str(float(value + 1))
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_gold_answers_score_every_question(name, data_dir):
+    records = load_benchmark(name, data_dir)
+    assert len(records) == ROWS[name] and [r.index for r in records] == list(range(ROWS[name]))
+    failures = []
+    for record in records:
+        for form, output in written_answers(record).items():
+            answer = answer_from_text(output, record.kind, record.choices)
+            if not is_correct(answer, record):
+                failures.append((record.index, form, record.gold, answer))
+        program = program_from_output(gold_program(record))
+        answer = answer_from_program_output(printed(program), record.kind, record.choices)
+        if not is_correct(answer, record):
+            failures.append((record.index, "program", record.gold, answer))
+    assert failures == []
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_wrong_answers_score_zero(name, data_dir):
+    records = load_benchmark(name, data_dir)
+    rows = []
+    for record in records:
+        wrong = wrong_answer(record)
+        output = f"The answer is \\boxed{{{wrong}}}." if record.kind == "math" else f"The answer is {wrong}."
+        answer = answer_from_text(output, record.kind, record.choices)
+        rows.append({"benchmark": name, "kind": record.kind, "answer": answer, "gold": record.gold,
+                     "correct": is_correct(answer, record)})
+    summary = summarize(rows)["benchmarks"][name]
+    assert (summary["n"], summary["correct"], summary["unanswered"]) == (ROWS[name], 0, 0)
+
+
+def test_gold_programs_through_the_sandbox(data_dir):
+    """The open-ended sets (the ones the protocol asks for programs), 3 questions each, for real."""
+    records = [r for name in OPEN_ENDED for r in load_benchmark(name, data_dir, limit=3)]
+    rows = score_outputs([(r, gold_program(r), "pot") for r in records], SandboxLimits(wall_seconds=10), workers=2)
+    assert [row["sandbox"]["status"] for row in rows] == ["ok"] * 12
+    assert [row["correct"] for row in rows] == [True] * 12
