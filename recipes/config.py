@@ -73,6 +73,7 @@ class TrainConfig:
     optimizer: str = "auto"  # auto = DeepSpeed's AdamW on GPU (fused / CPU-Adam with offload), torch AdamW on CPU
 
     # DeepSpeed
+    tp: int = 1  # tensor-parallel group size (DeepSpeed AutoTP, vocab-parallel LM head); data parallel = world / tp
     zero_stage: int = 3
     offload: bool = False  # ZeRO-3 with optimizer and parameters in CPU memory (ds_configs/zero3_offload.json)
     ds_config: Optional[str] = None  # explicit DeepSpeed JSON; overrides zero_stage/offload
@@ -192,7 +193,7 @@ def validate(config: TrainConfig) -> None:
     for name, choices in _CHOICES.items():
         if getattr(config, name) not in choices:
             raise ConfigError(f"{name} must be one of {', '.join(map(str, choices))}, got {getattr(config, name)!r}")
-    positive = ("global_batch_size", "micro_batch_size", "max_length", "chunk_size", "log_every", "max_new_tokens")
+    positive = ("tp", "global_batch_size", "micro_batch_size", "max_length", "chunk_size", "log_every", "max_new_tokens")
     for name in positive:
         if getattr(config, name) <= 0:
             raise ConfigError(f"{name} must be > 0, got {getattr(config, name)}")

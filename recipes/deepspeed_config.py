@@ -39,7 +39,7 @@ def _fill(section: dict, key: str, value: Any) -> None:
 
 
 def build_ds_config(config: TrainConfig, data_parallel: int, bf16: bool, use_ds_optimizer: bool) -> dict:
-    """The filled DeepSpeed config dict for ``data_parallel`` ranks."""
+    """The filled DeepSpeed config dict for ``data_parallel`` ranks (world size / tp)."""
     path = config_path(config)
     try:
         raw = json.loads(path.read_text())
@@ -50,12 +50,14 @@ def build_ds_config(config: TrainConfig, data_parallel: int, bf16: bool, use_ds_
     ds = copy.deepcopy(raw)
     _fill(ds, "train_micro_batch_size_per_gpu", config.micro_batch_size)
     _fill(ds, "gradient_accumulation_steps", accumulation_steps(config, data_parallel))
-    _fill(ds, "train_batch_size", config.global_batch_size)
+    # DeepSpeed counts every rank, tensor-parallel replicas included, in train_batch_size; the
+    # recipe's global batch counts distinct sequences (tensor-parallel ranks share theirs).
+    _fill(ds, "train_batch_size", config.global_batch_size * config.tp)
     if config.ds_config:
         _fill(ds, "gradient_clipping", config.grad_clip)
     else:  # the project's own files: the recipe's value wins
         ds["gradient_clipping"] = config.grad_clip
-    if ds["train_batch_size"] != ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * data_parallel:
+    if ds["train_batch_size"] != ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * data_parallel * config.tp:
         raise ConfigError(f"{path}: its batch sizes contradict the recipe's (global {config.global_batch_size})")
     ds.setdefault("bf16", {})
     _fill(ds["bf16"], "enabled", bf16)
@@ -77,6 +79,10 @@ def build_ds_config(config: TrainConfig, data_parallel: int, bf16: bool, use_ds_
         ds["zero_allow_untested_optimizer"] = True
         if "offload_optimizer" in zero:
             ds["zero_force_ds_cpu_optimizer"] = False
+    if config.tp > 1:
+        # AutoTP shards the body; the LM head is column (vocab) parallel and returns local logit
+        # shards, which the loss reduces with digit-restricted partial sums (del_core.parallel).
+        ds["tensor_parallel"] = {"autotp_size": config.tp, "vocab_parallel_lm_head": True}
     ds.pop("scheduler", None)  # the recipe's own warm-up + cosine schedule is passed to deepspeed.initialize
     leftover = _find_auto(ds)
     if leftover:

@@ -40,6 +40,11 @@ class CausalLMObjective(torch.nn.Module):
         self._loss_fn = (loss_fn,)
         self.loss_path = loss_path
         self.chunk_size = chunk_size
+        self.vocab_slice = None  # set by use_vocab_parallel_head under tensor parallelism
+        self.tp_group = None
+        # DeepSpeed's AutoTP installs its own vocab-parallel cross-entropy here when it makes the
+        # LM head vocab-parallel; it is never called (the del_core loss reduces the shards).
+        self.loss_function = None
         if loss_path == "chunked":
             head = lm.get_output_embeddings()
             if getattr(head, "bias", None) is not None:
@@ -50,6 +55,15 @@ class CausalLMObjective(torch.nn.Module):
     @property
     def loss_fn(self) -> NumericLoss:
         return self._loss_fn[0]
+
+    def set_loss_fn(self, loss_fn: NumericLoss) -> None:
+        self._loss_fn = (loss_fn,)
+
+    def use_vocab_parallel_head(self, vocab_slice, tp_group) -> None:
+        """The LM head returns this rank's logit columns ``vocab_slice`` (a VocabSlice whose reducer
+        all-reduces over ``tp_group``): the loss reduces partial sums instead of full logits."""
+        self.vocab_slice = vocab_slice
+        self.tp_group = tp_group
 
     def head_weight(self) -> torch.Tensor:
         return self.lm.get_output_embeddings().weight
@@ -66,8 +80,13 @@ class CausalLMObjective(torch.nn.Module):
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         if self.loss_path == "logits":
             logits = self.lm(**inputs).logits
-            return as_tuple(self.loss_fn(logits, targets, num_tokens, num_digits))
+            return as_tuple(self.loss_fn(logits, targets, num_tokens, num_digits, vocab_slice=self.vocab_slice))
         hidden = self.lm.base_model(**inputs).last_hidden_state
+        if self.tp_group is not None:
+            from del_core.parallel import copy_to_tensor_parallel_region
+
+            hidden = copy_to_tensor_parallel_region(hidden, self.tp_group)
         return as_tuple(self.loss_fn.from_hidden(
-            hidden, self.head_weight(), targets, num_tokens, num_digits, chunk_size=self.chunk_size
+            hidden, self.head_weight(), targets, num_tokens, num_digits, vocab_slice=self.vocab_slice,
+            chunk_size=self.chunk_size,
         ))

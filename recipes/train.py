@@ -79,9 +79,9 @@ def local_main_first():
         dist.barrier()
 
 
-def _sum(values: list[float], device) -> list[float]:
+def _sum(values: list[float], device, group=None) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
-    dist.all_reduce(tensor)
+    dist.all_reduce(tensor, group=group)
     return tensor.tolist()
 
 
@@ -131,9 +131,25 @@ def count_targets(batch: dict, vocab) -> list[float]:
 
 
 # --- evaluation -----------------------------------------------------------------------------
-def evaluate(objective, items, vocab, pad_id, micro, rank, world, device, packing) -> dict:
-    """Teacher-forced held-out metrics; rows sharded over ranks, every rank running the same number
-    of forwards (ZeRO-3 gathers parameters collectively)."""
+def gather_vocab_shards(local: torch.Tensor, vocab_slice, group) -> torch.Tensor:
+    """Full-vocabulary logits [..., V] from every tensor-parallel rank's columns (evaluation only)."""
+    sizes = [torch.zeros(1, dtype=torch.long, device=local.device) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(sizes, torch.tensor([local.shape[-1]], device=local.device), group=group)
+    width = max(int(s) for s in sizes)
+    padded = torch.nn.functional.pad(local.contiguous(), (0, width - local.shape[-1]))
+    parts = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded, group=group)
+    full = torch.cat([part[..., : int(size)] for part, size in zip(parts, sizes)], -1)
+    assert full.shape[-1] == vocab_slice.vocab_size
+    return full
+
+
+def evaluate(objective, items, vocab, pad_id, micro, ctx) -> dict:
+    """Teacher-forced held-out metrics; rows sharded over data-parallel ranks, every rank running
+    the same number of forwards (ZeRO-3 gathers parameters collectively; tensor-parallel ranks
+    see the same rows and gather their logit columns)."""
+    rank, world = ctx["dp_rank"], ctx["dp"]
+    device = ctx["device"]
     shard = list(items[rank::world])
     per_rank = math.ceil(len(items) / world)
     blank = Example(list(items[0].input_ids), [IGNORE_INDEX] * len(items[0].targets))
@@ -147,24 +163,67 @@ def evaluate(objective, items, vocab, pad_id, micro, rank, world, device, packin
             logits = objective.lm(
                 input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False
             ).logits
+            if objective.vocab_slice is not None:
+                logits = gather_vocab_shards(logits, objective.vocab_slice, objective.tp_group)
             sums += teacher_forced_sums(logits, batch["targets"], vocab)
     objective.train(was_training)
-    dist.all_reduce(sums)
+    dist.all_reduce(sums, group=ctx["dp_group"])
     return summarise(sums.cpu())
 
 
 def held_out_report(objective, eval_examples, eval_rows, vocab, tokenizer, config, ctx, label: str) -> dict:
     if not eval_examples:
         return {}
-    result = evaluate(objective, eval_examples, vocab, ctx["pad_id"], config.micro_batch_size, ctx["rank"],
-                      ctx["world"], ctx["device"], config.packing)
-    if config.eval_generate:
+    result = evaluate(objective, eval_examples, vocab, ctx["pad_id"], config.micro_batch_size, ctx)
+    if config.eval_generate and ctx["tp"] > 1:
+        if label == "before" and ctx["rank"] == 0:
+            print("[eval] eval_generate is skipped with tp > 1 (generate needs full-vocabulary logits); "
+                  "evaluate the exported model with recipes/evaluate.py", flush=True)
+    elif config.eval_generate:
         rows = eval_rows[: config.eval_generate]
         answers = greedy_answers(objective.lm, tokenizer, rows, config.max_new_tokens, ctx["device"],
                                  synced=ctx["zero3"] and ctx["world"] > 1)
         result["answer_acc"] = answer_accuracy(rows, answers)
         result["_answers"] = answers
     return result
+
+
+# --- tensor parallelism ---------------------------------------------------------------------
+def check_heads(model_config, tp: int) -> None:
+    """AutoTP splits attention by heads: tp must divide the query and key-value head counts."""
+    text = getattr(model_config, "text_config", None) or model_config
+    heads = getattr(text, "num_attention_heads", None)
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    for count, what in ((heads, "attention"), (kv_heads, "key-value")):
+        if count is not None and count % tp:
+            raise ConfigError(f"tp={tp} must divide the model's {count} {what} heads")
+
+
+def attach_tensor_parallel(engine, objective, config: TrainConfig, options: dict, vocab, log):
+    """After AutoTP sharded the model: point the loss at the vocab-parallel head's columns.
+    Returns (data-parallel group, data-parallel rank)."""
+    from deepspeed.utils import groups
+
+    from del_core.losses.statistics import VocabSlice
+    from del_core.parallel import DistributedReducer
+
+    tp_group, dp_group = groups.get_tensor_model_parallel_group(), groups.get_data_parallel_group()
+    head = objective.lm.get_output_embeddings()
+    if not hasattr(head, "vocab_start_index"):
+        raise RuntimeError(
+            f"tp={config.tp}: AutoTP did not turn the LM head into a vocab-parallel layer "
+            f"({type(head).__name__}); the loss needs local logit shards"
+        )
+    vocab_slice = VocabSlice(head.vocab_start_index, head.vocab_end_index, head.vocab_size, DistributedReducer(tp_group))
+    objective.use_vocab_parallel_head(vocab_slice, tp_group)
+    if config.loss == "emo":  # the frozen cost embedding: this rank's rows only
+        rows = options["cost_embedding"][vocab_slice.start : vocab_slice.end]
+        objective.set_loss_fn(build_loss("emo", vocab, **{**options, "cost_embedding": rows}))
+    if config.loss_path == "chunked" and engine.zero_optimization_stage() == 3:
+        raise ConfigError("loss_path=chunked with tp > 1 is supported with zero_stage=2 only")
+    log(f"[tp] LM head columns [{vocab_slice.start}, {vocab_slice.end}) of {vocab_slice.vocab_size} on rank "
+        f"{dist.get_rank()}; the loss all-reduces digit-restricted partial sums over the tensor-parallel group")
+    return dp_group, groups.get_data_parallel_rank()
 
 
 # --- checkpoints ----------------------------------------------------------------------------
@@ -200,7 +259,7 @@ def resume_from(engine, config: TrainConfig, state: dict, rank: int, log) -> int
     else:
         path = Path(config.resume)
     saved = checkpoints.read_state(path)
-    for key in ("num_items", "global_batch_size", "seed", "data", "packing", "max_length"):
+    for key in ("tp", "num_items", "global_batch_size", "seed", "data", "packing", "max_length"):
         if saved.get(key) != state[key]:
             raise ConfigError(
                 f"resume: {path} was written with {key}={saved.get(key)!r}, this run has {state[key]!r}; "
@@ -216,16 +275,31 @@ def resume_from(engine, config: TrainConfig, state: dict, rank: int, log) -> int
     return int(saved["step"])
 
 
+def drop_tied_copies(lm, state: dict) -> None:
+    """Remove the output head's entry when the model ties it to the input embedding (some gathers,
+    e.g. AutoTP's under ZeRO-2, return both); the two must hold the same values."""
+    tied = getattr(lm, "_tied_weights_keys", None)
+    if not isinstance(tied, dict) or not getattr(lm.config, "tie_word_embeddings", False):
+        return
+    for target, source in tied.items():
+        if target in state and source in state:
+            if not torch.equal(state[target], state[source]):
+                raise RuntimeError(f"export: tied weights {target} and {source} differ")
+            del state[target]
+
+
 def export(engine, objective, tokenizer, config: TrainConfig, zero3: bool, rank: int, log) -> None:
     """Gather the full weights once and write OUTPUT_DIR/final in Hugging Face format."""
     started = time.time()
-    if zero3:
-        state = engine._zero3_consolidated_16bit_state_dict()  # collective; the full dict on rank 0
+    if zero3 or config.tp > 1:
+        # collective: gathers ZeRO-3 partitions and AutoTP shards; the full dict on rank 0
+        state = engine._consolidated_16bit_state_dict()
     else:
         state = objective.state_dict() if rank == 0 else None
     if rank == 0:
         prefix = "lm."
         state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+        drop_tied_copies(objective.lm, state)
         target = Path(config.output_dir) / "final"
         save_hf(objective.lm, state, tokenizer, target, {"del_recipe.yaml": yaml.safe_dump(to_dict(config))})
         log(f"[export] Hugging Face model written to {target} in {time.time() - started:.1f} s")
@@ -250,6 +324,9 @@ def run(config: TrainConfig) -> dict:
     on_gpu = torch.cuda.is_available()
     deepspeed = init_distributed(on_gpu)
     rank, world = dist.get_rank(), dist.get_world_size()
+    if world % config.tp:
+        raise ConfigError(f"tp={config.tp} does not divide the world of {world} processes")
+    dp = world // config.tp
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -261,13 +338,14 @@ def run(config: TrainConfig) -> dict:
     bf16 = config.precision == "bf16" or (config.precision == "auto" and on_gpu)
     dtype = torch.bfloat16 if bf16 else torch.float32
     use_ds_optimizer = config.optimizer == "deepspeed" or (config.optimizer == "auto" and on_gpu)
-    ds_config = build_ds_config(config, world, bf16, use_ds_optimizer)
+    ds_config = build_ds_config(config, dp, bf16, use_ds_optimizer)
     zero3 = ds_config["zero_optimization"].get("stage") == 3
-    ga = accumulation_steps(config, world)
-    log(f"[run] {world} rank(s) on {'GPU' if on_gpu else 'CPU'}, ZeRO-{ds_config['zero_optimization'].get('stage')}"
+    ga = accumulation_steps(config, dp)
+    log(f"[run] {world} rank(s) on {'GPU' if on_gpu else 'CPU'} = tensor parallel {config.tp} x data parallel {dp}, "
+        f"ZeRO-{ds_config['zero_optimization'].get('stage')}"
         f"{' + offload' if 'offload_optimizer' in ds_config['zero_optimization'] else ''}, "
         f"{'bf16' if bf16 else 'fp32'}; global batch {config.global_batch_size} = micro {config.micro_batch_size} "
-        f"x accumulation {ga} x {world} rank(s)")
+        f"x accumulation {ga} x {dp} data-parallel rank(s)")
 
     from del_core.tokenizers import DEFAULT_CACHE
 
@@ -295,19 +373,27 @@ def run(config: TrainConfig) -> dict:
         log(f"[vocab] no single-digit vocabulary ({err}); loss {config.loss} runs without digit metrics")
 
     items, eval_rows, eval_examples = prepare_data(config, tokenizer, log)
-    plan = StepPlan(len(items), config.global_batch_size, config.micro_batch_size, world, config.seed)
+    plan = StepPlan(len(items), config.global_batch_size, config.micro_batch_size, dp, config.seed)
     total_steps = plan.total_steps(config.epochs, config.max_steps)
     log(f"[plan] {len(items)} sequences, {plan.steps_per_epoch} steps per epoch, {total_steps} steps")
 
     torch.manual_seed(config.seed)
     from transformers.integrations import HfDeepSpeedConfig
 
-    hf_ds_config = HfDeepSpeedConfig(ds_config)  # noqa: F841 - must stay alive: from_pretrained partitions under it
+    init_config = ds_config
+    if config.tp > 1:
+        # transformers refuses its weight renaming under zero.Init when the config names tensor
+        # parallelism. The model is built ZeRO-3-partitioned over the world;
+        # deepspeed.initialize then applies AutoTP and re-partitions over data parallel.
+        init_config = {k: v for k, v in ds_config.items() if k != "tensor_parallel"}
+    hf_ds_config = HfDeepSpeedConfig(init_config)  # noqa: F841 - must stay alive: from_pretrained partitions under it
     attn = attention_implementation(config.attn_implementation, on_gpu)
     model = load_model(source, dtype, attn, config.gradient_checkpointing)
     log(f"[model] {source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
         f"{'on' if config.gradient_checkpointing else 'off'}")
 
+    if config.tp > 1:
+        check_heads(model.config, config.tp)
     options = dict(config.loss_options)
     if config.loss == "emo":
         weight = model.get_output_embeddings().weight
@@ -315,7 +401,7 @@ def run(config: TrainConfig) -> dict:
             options["cost_embedding"] = weight.detach().to(device=device, dtype=torch.float32).clone()
     loss_fn = build_loss(config.loss, vocab, weight=config.loss_weight, **options)
     objective = CausalLMObjective(model, loss_fn, config.loss_path, config.chunk_size)
-    if zero3 and config.loss_path == "chunked":
+    if zero3 and config.loss_path == "chunked" and config.tp == 1:
         # The loss reads the LM-head weight outside the head's own forward: ZeRO-3 must gather it
         # around the objective's forward and backward.
         deepspeed.zero.register_external_parameter(objective, objective.head_weight())
@@ -336,15 +422,19 @@ def run(config: TrainConfig) -> dict:
     engine, _, _, scheduler = deepspeed.initialize(
         model=objective, optimizer=optimizer, model_parameters=groups, lr_scheduler=make_scheduler, config=ds_config
     )
+    dp_group, dp_rank = None, rank
+    if config.tp > 1:
+        dp_group, dp_rank = attach_tensor_parallel(engine, objective, config, options, vocab, log)
     run_state = {
-        "num_items": len(items), "global_batch_size": config.global_batch_size, "seed": config.seed,
+        "tp": config.tp, "num_items": len(items), "global_batch_size": config.global_batch_size, "seed": config.seed,
         "data": config.data, "packing": config.packing, "max_length": config.max_length,
         "total_steps": total_steps, "loss": config.loss,
     }
     start_step = resume_from(engine, config, run_state, rank, log)
     if rank == 0:
         checkpoints.write_json_atomic(output_dir / RUN_STATUS, {"status": "running", "step": start_step})
-    ctx = {"rank": rank, "world": world, "device": device, "pad_id": pad_id, "zero3": zero3}
+    ctx = {"rank": rank, "world": world, "device": device, "pad_id": pad_id, "zero3": zero3, "tp": config.tp,
+           "dp": dp, "dp_rank": dp_rank, "dp_group": dp_group}
 
     reporter = (
         Reporter(output_dir, config.report_to, total_steps, start_step, output_dir.name, to_dict(config), config.wandb_project)
@@ -367,12 +457,13 @@ def run(config: TrainConfig) -> dict:
         started = time.time()
         batches = [
             {k: v.to(device) for k, v in collate([items[i] for i in micro], pad_id).items()}
-            for micro in plan.micro_batches(step, rank)
+            for micro in plan.micro_batches(step, dp_rank)
         ]
         local = [0.0, 0.0]
         for batch in batches:
             local = [a + b for a, b in zip(local, count_targets(batch, vocab))]
-        num_tokens, num_digits = (torch.tensor(v, device=device) for v in _sum(local, device))
+        # tensor-parallel ranks hold the same batch: the counts are summed over data parallel only
+        num_tokens, num_digits = (torch.tensor(v, device=device) for v in _sum(local, device, dp_group))
         lr_used = scheduler.get_last_lr()[0] if scheduler is not None else config.lr
         sums = torch.zeros(7, dtype=torch.float64, device=device)
         for batch in batches:
@@ -382,8 +473,8 @@ def run(config: TrainConfig) -> dict:
                 position_ids=batch["position_ids"], num_tokens=num_tokens, num_digits=num_digits,
             )
             # Each micro-batch loss is already divided by the global counts: the gradient wanted is
-            # the plain sum over micro-batches and ranks, while DeepSpeed averages over ranks.
-            engine.backward(loss * world, scale_wrt_gas=False)
+            # the plain sum over micro-batches and data-parallel ranks, which DeepSpeed averages over.
+            engine.backward(loss * dp, scale_wrt_gas=False)
             engine.step()
             metrics = metrics.double()
             n_dig = metrics[1]
@@ -391,7 +482,7 @@ def run(config: TrainConfig) -> dict:
                 loss.detach().double(), ce.detach().double(), aux.detach().double(),
                 metrics[2] * n_dig, metrics[3] * n_dig, n_dig, batch["attention_mask"].sum().double(),
             ])
-        dist.all_reduce(sums)
+        dist.all_reduce(sums, group=dp_group)  # tensor-parallel ranks hold identical copies
         step += 1
         s = sums.tolist()
         elapsed = time.time() - started

@@ -84,7 +84,8 @@ def test_released_recipes(name):
 
 
 def test_every_recipe_loads():
-    names = sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+    # study-*.yaml configure recipes/study.py (its own keys), not a training run
+    names = sorted(p.stem for p in CONFIGS.glob("*.yaml") if not p.stem.startswith("study-"))
     assert set(RELEASED) | {"tiny"} <= set(names)
     for name in names:
         load_config(CONFIGS / f"{name}.yaml")

@@ -18,7 +18,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def make_tiny_qwen2(directory: Path, tokenizer) -> Path:
+def make_tiny_qwen2(directory: Path, tokenizer, kv_heads: int = 2) -> Path:
     """A random-initialised 2-layer Qwen2 with the real Qwen2 tokenizer (151,936 rows), saved as
     a Hugging Face directory."""
     import torch
@@ -27,7 +27,7 @@ def make_tiny_qwen2(directory: Path, tokenizer) -> Path:
     torch.manual_seed(0)
     config = Qwen2Config(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+        num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=512, tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
     )
     Qwen2ForCausalLM(config).save_pretrained(str(directory))

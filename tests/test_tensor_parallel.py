@@ -1,0 +1,112 @@
+"""Tensor parallelism in training (``tp=N``): DeepSpeed AutoTP shards the body, the LM head is
+vocab-parallel (local logit shards), the del_core loss all-reduces its partial sums over the
+tensor-parallel group, ZeRO shards over data parallel only. CPU, gloo, a tiny random Qwen2 with the
+real Qwen2 tokenizer (151,936 vocabulary rows split over the group).
+
+Every run is compared with a single-process run (tp=1, accumulation 4) on the same global batch:
+losses to 1e-5 and the exported weights to fp32 round-off.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import real_tokenizer
+from train_helpers import make_tiny_qwen2, run_train, train_losses
+
+RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    # 4 key-value heads, so that tp=4 has one per rank
+    return make_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), real_tokenizer("qwen2"), kv_heads=4)
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model, tmp_path_factory) -> dict:
+    return dict(
+        model=str(tiny_model), data="synthetic:40", eval_size=0, max_length=128, global_batch_size=8,
+        micro_batch_size=2, max_steps=3, lr=1e-3, warmup_ratio=0.0, report_to="jsonl", gradient_checkpointing="false",
+        seed=3, loss="del", export="true", zero_stage=3, cache_dir=str(tmp_path_factory.mktemp("cache")),
+        # A large epsilon makes Adam's update proportional to the gradient: with the default 1e-8,
+        # entries whose gradient is ~0 get a +-lr step whose sign is fp32 round-off (sums taken in
+        # a different order under TP), and the update would hide any error in the gradient's scale.
+        adam_eps=1e-3,
+    )
+
+
+@pytest.fixture(scope="module")
+def runs(base, tmp_path_factory) -> dict:
+    """Output directories of finished runs, by name (filled lazily)."""
+    done = {}
+
+    def get(name: str, nproc: int, **overrides) -> Path:
+        if name not in done:
+            out = tmp_path_factory.mktemp(name)
+            done[name] = (run_train(nproc, {**base, **overrides, "output_dir": out}, timeout=600), out)
+        return done[name][1]
+
+    get.procs = lambda name: done[name][0]
+    return get
+
+
+def _weights(out: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(out / "final" / "model.safetensors")
+
+
+def _assert_same_run(out: Path, reference: Path) -> None:
+    got, expected = train_losses(out), train_losses(reference)
+    assert got.keys() == expected.keys() == {1, 2, 3}
+    for step in got:
+        assert math.isclose(got[step], expected[step], rel_tol=RTOL), (step, got[step], expected[step])
+    a, b = _weights(out), _weights(reference)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].shape == b[key].shape, key  # the export gathered the full (unsharded) weights
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=2e-6)
+
+
+@pytest.mark.parametrize(
+    "name, tp, extra",
+    [
+        ("tp2_dp2_zero3", 2, {}),
+        ("tp4_dp1_zero3", 4, {}),
+        ("tp2_dp2_zero2_chunked", 2, {"zero_stage": 2, "loss_path": "chunked", "chunk_size": 29}),
+    ],
+)
+def test_tensor_parallel_equals_single_process(runs, name, tp, extra):
+    reference = runs("tp1", 1)
+    out = runs(name, 4, tp=tp, **extra)
+    log = runs.procs(name).stdout
+    assert f"tensor parallel {tp} x data parallel {4 // tp}" in log
+    assert f"LM head columns [0, {151936 // tp})" in log  # rank 0 holds the first vocab shard only
+    _assert_same_run(out, reference)
+
+
+def test_resume_from_a_tensor_parallel_checkpoint(runs, base, tmp_path):
+    """TP 2 x DP 2: 2 steps, checkpoint, abrupt exit in step 3, resume=auto: step 3 repeats the
+    uninterrupted TP 2 run exactly."""
+    straight = runs("tp2_dp2_zero3", 4, tp=2)
+    out = tmp_path / "crashed"
+    common = {**base, "tp": 2, "output_dir": out, "save_every": 2}
+    run_train(4, {**common, "fail_at_step": 3}, expect_rc=1, timeout=600)
+    assert sorted(train_losses(out)) == [1, 2]
+    proc = run_train(4, {**common, "resume": "auto"}, timeout=600)
+    assert "continuing from" in proc.stdout and "(step 2)" in proc.stdout
+    resumed, expected = train_losses(out), train_losses(straight)
+    assert resumed[3] == expected[3], (resumed[3], expected[3])
+    _assert_same_run(out, runs("tp1", 1))
+
+
+def test_tp_must_divide_the_world_and_the_heads(base, tmp_path):
+    proc = run_train(2, {**base, "tp": 4, "output_dir": tmp_path / "run"}, expect_rc=1)  # torchrun: 1
+    assert "tp=4 does not divide the world of 2 processes" in proc.stderr
+    narrow = make_tiny_qwen2(tmp_path / "narrow", real_tokenizer("qwen2"), kv_heads=1)
+    proc = run_train(2, {**base, "model": narrow, "tp": 2, "output_dir": tmp_path / "run2"}, expect_rc=1)
+    assert "tp=2 must divide the model's 1 key-value heads" in proc.stderr
