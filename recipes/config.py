@@ -168,20 +168,26 @@ def parse_overrides(items: Sequence[str]) -> dict:
     return values
 
 
+def read_yaml_mapping(path: str | Path, what: str = "recipe", error: type = ConfigError) -> dict:
+    """The YAML mapping in ``path``; ``error`` naming the file when it is missing, not YAML, or not
+    a mapping (``what`` says which kind of file it should be)."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise error(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise error(f"{path}: a {what} is a mapping of keys to values")
+    return data
+
+
 def load_config(path: Optional[str | Path], overrides: Sequence[str] = ()) -> TrainConfig:
     """The recipe at ``path`` (or the defaults) with ``overrides`` applied on top, validated."""
     merged: dict = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"recipe {path} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML ({err})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a recipe is a mapping of keys to values")
-        _apply(data, merged, str(path))
+        _apply(read_yaml_mapping(path, "recipe"), merged, str(path))
     _apply(parse_overrides(overrides), merged, "command line")
     config = TrainConfig(**merged)
     validate(config)

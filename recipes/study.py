@@ -57,7 +57,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 
 import yaml
 
-from recipes.config import ConfigError, TrainConfig, load_config, parse_overrides
+from recipes.config import ConfigError, TrainConfig, load_config, parse_overrides, read_yaml_mapping
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = REPO / "recipes" / "train.py"
@@ -179,15 +179,7 @@ def load_study_config(path: Optional[str | Path], overrides: Sequence[str] = ())
     study: dict = {}
     train: dict = {}
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise StudyError(f"study config {path} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise StudyError(f"{path}: not valid YAML ({err})") from None
-        if not isinstance(data, dict):
-            raise StudyError(f"{path}: a study config is a mapping of keys to values")
+        data = read_yaml_mapping(path, "study config", StudyError)
         _merge(data, study, train, str(path))
     try:
         _merge(parse_overrides(overrides), study, train, "command line")

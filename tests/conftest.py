@@ -45,3 +45,12 @@ def real_tokenizer(name: str):
 @pytest.fixture(scope="session")
 def qwen2_tokenizer():
     return real_tokenizer("qwen2")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The benchmark folder of the shared material (gsm8k/, math/, ...); skips without it."""
+    root = shared_dir()
+    if root is None:
+        pytest.skip("shared material not found: set DEL_SHARED_DIR")
+    return root / "data" / "benchmarks"

@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from conftest import REPO, real_tokenizer, shared_dir
+from conftest import REPO, real_tokenizer
+from train_helpers import make_tiny_qwen2
 from recipes import evaluate as evaluate_cli
 from recipes.evaluation.benchmarks import BENCHMARKS, load_benchmark
 from recipes.evaluation.prompts import PROGRAM_SUFFIX
@@ -16,28 +16,10 @@ from recipes.prompting import format_prompt
 
 
 @pytest.fixture(scope="module")
-def data_dir():
-    root = shared_dir()
-    if root is None:
-        pytest.skip("shared material not found: set DEL_SHARED_DIR")
-    return root / "data" / "benchmarks"
-
-
-@pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    tokenizer = real_tokenizer("qwen2")
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=151_936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-    )
+    """A training output directory: OUTPUT_DIR/final holds a tiny random Qwen2 in HF format."""
     path = tmp_path_factory.mktemp("tiny-qwen2-run")
-    final = path / "final"  # a training output directory: OUTPUT_DIR/final in HF format
-    Qwen2ForCausalLM(config).save_pretrained(final)
-    tokenizer.save_pretrained(final)
+    make_tiny_qwen2(path / "final", real_tokenizer("qwen2"), kv_heads=1, hidden=16, layers=1, heads=2)
     return path
 
 

@@ -5,7 +5,6 @@ import io
 
 import pytest
 
-from conftest import shared_dir
 from recipes.evaluation.benchmarks import BENCHMARKS, LETTERS, OPEN_ENDED, load_benchmark
 from recipes.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
 from recipes.evaluation.numbers import parse_number
@@ -14,14 +13,6 @@ from recipes.evaluation.sandbox import SandboxLimits
 from recipes.evaluation.scoring import is_correct, summarize
 
 ROWS = {"gsm8k": 1319, "math": 5000, "svamp": 1000, "simuleq": 514, "aqua": 254, "sat": 220, "mmlu_mathematics": 974}
-
-
-@pytest.fixture(scope="module")
-def data_dir():
-    root = shared_dir()
-    if root is None:
-        pytest.skip("shared material not found: set DEL_SHARED_DIR")
-    return root / "data" / "benchmarks"
 
 
 def gold_text(record) -> str:

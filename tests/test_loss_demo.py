@@ -1,30 +1,19 @@
-"""The README's first command, end to end on a tiny random Qwen2 model with the real Qwen2 tokenizer."""
+"""`make demo` (recipes/loss_demo.py), end to end on a tiny random Qwen2 model with the real Qwen2 tokenizer."""
 import re
 from decimal import Decimal
 
 import pytest
-import torch
 
 from conftest import real_tokenizer
+from train_helpers import make_tiny_qwen2
 from recipes import loss_demo
 from recipes.synthetic_math import make_problems
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    tokenizer = real_tokenizer("qwen2")
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=151_936, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-        num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    path = tmp_path_factory.mktemp("tiny-qwen2")
-    Qwen2ForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return make_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), real_tokenizer("qwen2"), kv_heads=1, hidden=16,
+                           layers=1, heads=2)
 
 
 def test_demo_runs_end_to_end(tiny_model_dir, capsys):

@@ -18,16 +18,17 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def make_tiny_qwen2(directory: Path, tokenizer, kv_heads: int = 2) -> Path:
-    """A random-initialised 2-layer Qwen2 with the real Qwen2 tokenizer (151,936 rows), saved as
-    a Hugging Face directory."""
+def make_tiny_qwen2(directory: Path, tokenizer, kv_heads: int = 2, hidden: int = 32, layers: int = 2,
+                    heads: int = 4) -> Path:
+    """A random-initialised Qwen2 (default 2 layers, hidden 32) with the real Qwen2 tokenizer
+    (151,936 rows), saved as a Hugging Face directory."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=kv_heads, max_position_embeddings=512, tie_word_embeddings=True,
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512, tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
     )
     Qwen2ForCausalLM(config).save_pretrained(str(directory))
