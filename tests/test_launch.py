@@ -120,7 +120,7 @@ def test_slurm_job_with_two_nodes_forms_one_world(tiny_model, tmp_path):
     for n in (0, 1):
         assert f"[node {n}]" in logs[n] and f"--node_rank {n}" in logs[n] and "--nnodes 2" in logs[n]
         assert "torchrun exited 0" in logs[n]
-    assert "[run] 2 rank(s) on CPU, ZeRO-3" in logs[0]  # both nodes joined one world of 2
+    assert "[run] 2 rank(s) on CPU = tensor parallel 1 x data parallel 2, ZeRO-3" in logs[0]  # one world of 2
     assert [r["step"] for r in records(out)] == [1, 2]
     assert json.loads((out / "run_status.json").read_text())["status"] == "finished"
     assert "run status: finished" in proc.stdout
