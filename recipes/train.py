@@ -216,9 +216,11 @@ def attach_tensor_parallel(engine, objective, config: TrainConfig, options: dict
         )
     vocab_slice = VocabSlice(head.vocab_start_index, head.vocab_end_index, head.vocab_size, DistributedReducer(tp_group))
     objective.use_vocab_parallel_head(vocab_slice, tp_group)
-    if config.loss == "emo":  # the frozen cost embedding: this rank's rows only
-        rows = options["cost_embedding"][vocab_slice.start : vocab_slice.end]
-        objective.set_loss_fn(build_loss("emo", vocab, **{**options, "cost_embedding": rows}))
+    if config.loss == "emo":
+        # The frozen cost embedding: keep this rank's rows only and release the full-vocabulary
+        # copy (the statistics layer would slice a full one per call, holding all V rows).
+        options["cost_embedding"] = options["cost_embedding"][vocab_slice.start : vocab_slice.end].clone()
+        objective.set_loss_fn(build_loss("emo", vocab, **options))
     if config.loss_path == "chunked" and engine.zero_optimization_stage() == 3:
         raise ConfigError("loss_path=chunked with tp > 1 is supported with zero_stage=2 only")
     log(f"[tp] LM head columns [{vocab_slice.start}, {vocab_slice.end}) of {vocab_slice.vocab_size} on rank "

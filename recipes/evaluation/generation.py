@@ -9,7 +9,6 @@ otherwise. Both decode greedily, stop at EOS or ``max_new_tokens``, and cut each
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -35,7 +34,9 @@ def resolve_model(source: str, cache_dir: Optional[Path] = None) -> str:
     if source == "smollm2" or path.suffix == ".gguf":
         from recipes.modeling import convert_gguf, resolve_source
 
-        cache = cache_dir or Path(os.environ.get("DEL_CACHE_DIR", Path.home() / ".cache" / "del_core"))
+        from del_core.tokenizers import DEFAULT_CACHE
+
+        cache = cache_dir or DEFAULT_CACHE.parent
         return str(convert_gguf(Path(resolve_source(source)), cache))
     if path.exists() or source.startswith((".", "/")):
         raise SystemExit(f"model not found or not a model: {source}")
