@@ -6,12 +6,13 @@
     out = loss_fn(logits, labels)          # out.loss, out.ce, out.aux, out.metrics
 """
 from .losses import LOSS_NAMES, LossOutput, NumericLoss, build_loss
-from .spans import NumberSpans, number_spans
+from .spans import IGNORE_INDEX, NumberSpans, number_spans
 from .vocab import DigitVocab, MultiDigitVocabularyError
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "IGNORE_INDEX",
     "LOSS_NAMES",
     "DigitVocab",
     "LossOutput",

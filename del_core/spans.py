@@ -20,6 +20,9 @@ import torch
 from .vocab import DigitVocab
 
 FRACTION_BASE = 1.02
+# The label of positions that predict nothing (prompt, padding, packed boundaries): the
+# ignore_index of torch.nn.functional.cross_entropy and of Hugging Face models.
+IGNORE_INDEX = -100
 
 
 class NumberSpans(NamedTuple):

@@ -12,10 +12,14 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional, Union
 
-DEFAULT_CACHE = Path(os.environ.get("DEL_CACHE_DIR", Path.home() / ".cache" / "del_core")) / "tokenizers"
+# The root of every cache del_core writes (converted tokenizers and models): $DEL_CACHE_DIR, or
+# ~/.cache/del_core.
+CACHE_ROOT = Path(os.environ.get("DEL_CACHE_DIR", Path.home() / ".cache" / "del_core"))
+DEFAULT_CACHE = CACHE_ROOT / "tokenizers"
 
 
-def _gguf_key(path: Path) -> str:
+def gguf_cache_key(path: Path) -> str:
+    """The cache entry name of a GGUF file: its stem and a digest of its path, size and mtime."""
     stat = path.stat()
     digest = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{int(stat.st_mtime)}".encode()).hexdigest()[:16]
     return f"{path.stem}-{digest}"
@@ -37,7 +41,7 @@ def load_tokenizer(source: Union[str, os.PathLike], cache_dir: Optional[Union[st
     if not path.is_file():
         raise FileNotFoundError(f"GGUF tokenizer file not found: {path}")
     cache = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
-    entry = cache / _gguf_key(path)
+    entry = cache / gguf_cache_key(path)
     if (entry / "tokenizer_config.json").is_file():
         return AutoTokenizer.from_pretrained(str(entry))
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)

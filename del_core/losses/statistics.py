@@ -24,7 +24,7 @@ from typing import NamedTuple, Optional, Protocol, Sequence
 
 import torch
 
-IGNORE_INDEX = -100
+from ..spans import IGNORE_INDEX
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -1,0 +1,23 @@
+"""One configuration mechanism for every entry point: OmegaConf structured configs.
+
+A schema is a dataclass (nested dataclasses for sections). A run's configuration is the schema's
+defaults, then a YAML recipe (which may name a ``base:`` recipe it extends), then ``key=value``
+overrides (dotted for nested keys, ``loss.weight=0.1``). Errors name the key and where it came from.
+
+    from del_core.config import load_config, split_command_line
+    recipe, overrides = split_command_line(sys.argv[1:])
+    config = load_config(TrainConfig, recipe, overrides, aliases=TRAIN_ALIASES)
+"""
+
+from .loader import ConfigError, KeyAliases, config_to_dict, config_to_yaml, load_config, read_yaml_mapping
+from .command_line import split_command_line
+
+__all__ = [
+    "ConfigError",
+    "KeyAliases",
+    "config_to_dict",
+    "config_to_yaml",
+    "load_config",
+    "read_yaml_mapping",
+    "split_command_line",
+]

@@ -1,0 +1,188 @@
+"""Loading a structured configuration: schema defaults <- YAML recipe (with ``base:``) <- overrides.
+
+Values are typed by the schema (OmegaConf validates and converts them: ``lr=2e-5`` is a float,
+``packing=true`` a bool, ``loss.options={eta: 0.3}`` a mapping); an empty value (``loss.weight=``)
+is null. Unknown keys and wrong types raise :class:`ConfigError` naming the key, its source and,
+for a misspelt key, the closest known ones.
+
+``KeyAliases`` keep older spellings working: ``shorthands`` map a section name given a scalar to
+that section's main key (``loss=mle`` -> ``loss.name=mle``), ``deprecated`` map old flat keys to
+their new place (``loss_weight`` -> ``loss.weight``) with a warning on stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, TypeVar
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+BASE_KEY = "base"  # a recipe's key naming the recipe file it extends (relative to itself)
+Schema = TypeVar("Schema")
+
+
+class ConfigError(ValueError):
+    """A bad recipe or override; the message names the key and where it came from."""
+
+
+@dataclass(frozen=True)
+class KeyAliases:
+    """Older spellings of keys: see the module docstring."""
+
+    shorthands: dict[str, str] = field(default_factory=dict)  # section -> its main key
+    deprecated: dict[str, str] = field(default_factory=dict)  # old flat key -> dotted key
+
+
+def read_yaml_mapping(path: str | Path, what: str = "recipe", error: type = ConfigError) -> dict:
+    """The YAML mapping in ``path``; ``error`` naming the file when it is missing, not YAML, or not
+    a mapping (``what`` says which kind of file it should be)."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} {path} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise error(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(data, dict):
+        raise error(f"{path}: a {what} is a mapping of keys to values")
+    return data
+
+
+def _recipe_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[dict, str]]:
+    """The mappings of ``path`` and the recipes it extends, base first, each with its file name."""
+    resolved = path.resolve()
+    if resolved in seen:
+        raise ConfigError(f"{path}: '{BASE_KEY}' chain loops back to {resolved}")
+    data = read_yaml_mapping(path)
+    base = data.pop(BASE_KEY, None)
+    layers: list[tuple[dict, str]] = []
+    if base is not None:
+        if not isinstance(base, str):
+            raise ConfigError(f"{path}: '{BASE_KEY}' must be the path of a recipe file")
+        layers = _recipe_layers(path.parent / base, (*seen, resolved))
+    return [*layers, (data, str(path))]
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    key, sep, text = item.partition("=")
+    key = key.strip().lstrip("-").replace("-", "_")
+    if not sep or not key:
+        raise ConfigError(f"override {item!r}: expected key=value")
+    if not text.strip():
+        return key, None
+    try:
+        return key, yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {item!r}: value is not valid YAML ({err})") from None
+
+
+def _section_types(schema: type) -> dict[str, type]:
+    hints = {f.name: f.default_factory for f in dataclasses.fields(schema) if f.default_factory is not dataclasses.MISSING}
+    return {name: factory for name, factory in hints.items() if dataclasses.is_dataclass(factory)}
+
+
+def _unknown_key_error(key: str, schema: type, where: str) -> ConfigError:
+    known = _known_keys_of(schema)
+    close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
+    close += [k for k in known if k.split(".")[-1] == key.split(".")[-1] and k not in close]
+    hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
+    return ConfigError(f"{where}: unknown key {key!r}{hint}")
+
+
+def _known_keys_of(schema: type) -> list[str]:
+    keys = []
+    for name in (f.name for f in dataclasses.fields(schema)):
+        section = _section_types(schema).get(name)
+        keys += [f"{name}.{f.name}" for f in dataclasses.fields(section)] if section else [name]
+    return keys
+
+
+def _place(key: str, value: Any, schema: type, aliases: KeyAliases, where: str, warn: Callable[[str], None]) -> str:
+    """The dotted key where ``key`` (as written) belongs."""
+    sections = _section_types(schema)
+    if key in sections:
+        if isinstance(value, dict):
+            return key
+        if key in aliases.shorthands:
+            return f"{key}.{aliases.shorthands[key]}"
+        raise ConfigError(f"{where}: {key} is a section; give a mapping or {key}.<key>=value")
+    if key in aliases.deprecated:
+        new = aliases.deprecated[key]
+        warn(f"warning: {where}: key {key!r} is deprecated and will be removed in the next release; use {new!r}")
+        return new
+    return key
+
+
+def _as_list_if_needed(current: DictConfig, dotted: str, value: Any) -> Any:
+    """``a,b`` for a list-valued key is the list [a, b] (command-line shorthand)."""
+    if isinstance(value, str) and isinstance(OmegaConf.select(current, dotted), ListConfig):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+def _layer(values: dict, current: DictConfig, schema: type, aliases: KeyAliases, where: str,
+           warn: Callable[[str], None]) -> DictConfig:
+    """One recipe or the overrides as a config to merge, keys moved to their dotted place."""
+    layer = OmegaConf.create({})
+    known = set(_known_keys_of(schema)) | set(_section_types(schema))
+    for key, value in values.items():
+        dotted = _place(key, value, schema, aliases, where, warn)
+        if dotted not in known:
+            raise _unknown_key_error(dotted, schema, where)
+        if isinstance(value, dict) and dotted in _section_types(schema):
+            for inner in value:
+                if f"{dotted}.{inner}" not in known:
+                    raise _unknown_key_error(f"{dotted}.{inner}", schema, where)
+        value = _as_list_if_needed(current, dotted, value)
+        OmegaConf.update(layer, dotted, value, merge=True, force_add=True)
+    return layer
+
+
+def _merge(base: DictConfig, layer: DictConfig, where: str) -> DictConfig:
+    try:
+        return OmegaConf.merge(base, layer)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None) or "?"
+        message = str(err).splitlines()[0]
+        raise ConfigError(f"{where}: {key}: {message}") from None
+
+
+def load_config(
+    schema: type[Schema],
+    recipe: Optional[str | Path] = None,
+    overrides: Sequence[str] = (),
+    aliases: KeyAliases = KeyAliases(),
+    warn: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
+) -> Schema:
+    """An instance of ``schema``: defaults, then ``recipe`` (and its bases), then ``overrides``.
+
+    The dataclass's ``__post_init__`` runs on the result, so value checks placed there apply to
+    every entry point; a ``ValueError`` it raises becomes a :class:`ConfigError`.
+    """
+    config = OmegaConf.structured(schema)
+    if recipe is not None:
+        for values, where in _recipe_layers(Path(recipe)):
+            config = _merge(config, _layer(values, config, schema, aliases, where, warn), where)
+    parsed = dict(_parse_override(item) for item in overrides)
+    config = _merge(config, _layer(parsed, config, schema, aliases, "command line", warn), "command line")
+    try:
+        return OmegaConf.to_object(config)
+    except ConfigError:
+        raise
+    except (OmegaConfBaseException, ValueError) as err:
+        raise ConfigError(str(err).splitlines()[0]) from None
+
+
+def config_to_dict(config: Any) -> dict:
+    """Plain YAML/JSON-able values of a structured config instance (sections as mappings)."""
+    return OmegaConf.to_container(OmegaConf.structured(config), resolve=True)
+
+
+def config_to_yaml(config: Any) -> str:
+    return yaml.safe_dump(config_to_dict(config), sort_keys=False)

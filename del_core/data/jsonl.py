@@ -1,0 +1,61 @@
+"""The one JSON-lines reader and writer of the project (data rows, metrics, predictions)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+class JsonlError(ValueError):
+    """A line of a JSON-lines file that is not a JSON object; the message names file and line."""
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-blank line of ``path``; :class:`JsonlError` names the
+    first line that is not a JSON object."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise JsonlError(f"{path}: line {number}: not valid JSON ({err.msg})") from None
+            if not isinstance(value, dict):
+                raise JsonlError(f"{path}: line {number}: expected a JSON object, got {type(value).__name__}")
+            yield number, value
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Every object of ``path`` in order."""
+    return [value for _, value in iter_jsonl(path)]
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """Write ``rows`` to ``path`` atomically (a temporary file renamed into place)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    with staging.open("w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row) + "\n")
+    os.replace(staging, path)
+    return path
+
+
+class JsonlAppender:
+    """An open JSON-lines file that every :meth:`append` extends by one flushed line."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._handle = self.path.open("a", encoding="utf-8")
+
+    def append(self, row: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(row) + "\n")
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()

