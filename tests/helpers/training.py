@@ -3,19 +3,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from del_core.parallel.rendezvous import free_port
+
+REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "recipes" / "train.py"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def make_tiny_qwen2(directory: Path, tokenizer, kv_heads: int = 2, hidden: int = 32, layers: int = 2,
