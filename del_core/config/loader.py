@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import sys
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, TypeVar
@@ -69,17 +70,45 @@ def _recipe_layers(path: Path, seen: tuple[Path, ...] = ()) -> list[tuple[dict, 
     return [*layers, (data, str(path))]
 
 
+@dataclass(frozen=True)
+class _RawText:
+    """A command-line value not parsed yet: a text-typed key keeps it as written (``resume=no``
+    is the text "no", not YAML 1.1's false); any other key reads it as YAML."""
+
+    text: str
+
+
 def _parse_override(item: str) -> tuple[str, Any]:
     key, sep, text = item.partition("=")
     key = key.strip().lstrip("-").replace("-", "_")
     if not sep or not key:
         raise ConfigError(f"override {item!r}: expected key=value")
-    if not text.strip():
-        return key, None
-    try:
-        return key, yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"override {item!r}: value is not valid YAML ({err})") from None
+    return key, (_RawText(text) if text.strip() else None)
+
+
+def _is_text_field(schema: type, dotted: str) -> bool:
+    owner: Any = schema
+    *sections, name = dotted.split(".")
+    for section in sections:
+        owner = _section_types(owner).get(section)
+        if owner is None:
+            return False
+    hint = typing.get_type_hints(owner).get(name)
+    return hint is str or hint == Optional[str]
+
+
+def _typed_value(schema: type, dotted: str, value: Any, where: str) -> Any:
+    text_field = _is_text_field(schema, dotted)
+    if isinstance(value, _RawText):
+        if text_field:
+            return value.text
+        try:
+            return yaml.safe_load(value.text)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{where}: {dotted}={value.text!r}: value is not valid YAML ({err})") from None
+    if text_field and isinstance(value, bool):
+        raise ConfigError(f"{where}: {dotted} is text, got the YAML boolean {value}; quote it (e.g. 'no')")
+    return value
 
 
 def _section_types(schema: type) -> dict[str, type]:
@@ -90,7 +119,9 @@ def _section_types(schema: type) -> dict[str, type]:
 def _unknown_key_error(key: str, schema: type, where: str) -> ConfigError:
     known = _known_keys_of(schema)
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
-    close += [k for k in known if k.split(".")[-1] == key.split(".")[-1] and k not in close]
+    leaf = key.split(".")[-1]
+    by_leaf = {k.split(".")[-1]: k for k in known}
+    close += [by_leaf[k] for k in difflib.get_close_matches(leaf, list(by_leaf), n=3, cutoff=0.6) if by_leaf[k] not in close]
     hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
 
@@ -132,6 +163,8 @@ def _layer(values: dict, current: DictConfig, schema: type, aliases: KeyAliases,
     layer = OmegaConf.create({})
     known = set(_known_keys_of(schema)) | set(_section_types(schema))
     for key, value in values.items():
+        if key in _section_types(schema) and isinstance(value, _RawText):
+            value = _typed_value(schema, key, value, where)  # a section given as a YAML mapping
         dotted = _place(key, value, schema, aliases, where, warn)
         if dotted not in known:
             raise _unknown_key_error(dotted, schema, where)
@@ -139,7 +172,7 @@ def _layer(values: dict, current: DictConfig, schema: type, aliases: KeyAliases,
             for inner in value:
                 if f"{dotted}.{inner}" not in known:
                     raise _unknown_key_error(f"{dotted}.{inner}", schema, where)
-        value = _as_list_if_needed(current, dotted, value)
+        value = _as_list_if_needed(current, dotted, _typed_value(schema, dotted, value, where))
         OmegaConf.update(layer, dotted, value, merge=True, force_add=True)
     return layer
 

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from del_core.data.jsonl import JsonlError, iter_jsonl
+
 REQUIRED_FIELDS = ("instruction", "output")
 
 
@@ -33,20 +35,13 @@ def _check_row(row: Any, where: str) -> dict[str, str]:
 
 
 def _read_file(path: Path) -> list[dict[str, str]]:
-    text = path.read_text(encoding="utf-8")
     if path.suffix == ".jsonl":
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}: row {number}: not valid JSON ({err.msg})") from None
-            rows.append(_check_row(row, f"{path}: row {number}"))
-        return rows
+        try:
+            return [_check_row(row, f"{path}: row {number}") for number, row in iter_jsonl(path)]
+        except JsonlError as err:
+            raise DataError(str(err).replace(": line ", ": row ", 1)) from None
     try:
-        data = json.loads(text)
+        data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as err:
         raise DataError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(data, list):

@@ -12,15 +12,17 @@ attention (with position-id aware attention) nor number spans cross examples.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import torch
 
 from del_core.data.prompting import format_prompt
 from del_core.data.rows import DataError
-from del_core.spans import IGNORE_INDEX
+from del_core.spans import IGNORE_INDEX, NumberSpans, number_spans
+from del_core.vocab import DigitVocab
 
 
 @dataclass
@@ -118,21 +120,59 @@ def pack(examples: Sequence[Example], max_length: int) -> list[Packed]:
     return sequences
 
 
-def collate(items: Sequence[Example | Packed], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-padded tensors [B, T]: input_ids, targets (-100 on padding), attention_mask,
-    position_ids (restarting per packed example)."""
+@dataclass
+class TokenBatch:
+    """A right-padded batch; every tensor is [B, T] int64 except ``attention_mask`` (int64 0/1).
+
+    ``targets`` holds -100 (IGNORE_INDEX) on prompt, padding and packed-example boundaries;
+    ``position_ids`` restart at 0 for each packed example. ``spans`` are the number spans of
+    ``targets`` (:func:`del_core.number_spans`), computed once per batch by :meth:`with_spans`
+    where the batch is made, so neither the normaliser count nor the loss recomputes them.
+    """
+
+    input_ids: torch.Tensor
+    targets: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    spans: Optional[NumberSpans] = None
+
+    def with_spans(self, vocab: Optional[DigitVocab]) -> "TokenBatch":
+        """This batch with its number spans (none without a digit vocabulary)."""
+        spans = number_spans(self.targets, vocab) if vocab is not None else None
+        return dataclasses.replace(self, spans=spans)
+
+    def to(self, device: torch.device | str) -> "TokenBatch":
+        spans = NumberSpans(*(t.to(device) for t in self.spans)) if self.spans is not None else None
+        return TokenBatch(self.input_ids.to(device), self.targets.to(device), self.attention_mask.to(device),
+                          self.position_ids.to(device), spans)
+
+    def num_targets(self) -> int:
+        """Non-ignored target tokens (a host value when the batch is on the CPU)."""
+        return int((self.targets != IGNORE_INDEX).sum())
+
+    def num_digits(self) -> int:
+        """Digit targets (0 without spans)."""
+        return int(self.spans.is_digit.sum()) if self.spans is not None else 0
+
+    def num_attended(self) -> int:
+        return int(self.attention_mask.sum())
+
+
+def collate(items: Sequence[Example | Packed], pad_id: int) -> TokenBatch:
+    """Right-padded :class:`TokenBatch` of examples or packed sequences."""
     width = max(len(item.input_ids) for item in items)
-    batch = {
-        "input_ids": torch.full((len(items), width), pad_id, dtype=torch.long),
-        "targets": torch.full((len(items), width), IGNORE_INDEX, dtype=torch.long),
-        "attention_mask": torch.zeros((len(items), width), dtype=torch.long),
-        "position_ids": torch.zeros((len(items), width), dtype=torch.long),
-    }
+    shape = (len(items), width)
+    batch = TokenBatch(
+        input_ids=torch.full(shape, pad_id, dtype=torch.long),
+        targets=torch.full(shape, IGNORE_INDEX, dtype=torch.long),
+        attention_mask=torch.zeros(shape, dtype=torch.long),
+        position_ids=torch.zeros(shape, dtype=torch.long),
+    )
     for i, item in enumerate(items):
         n = len(item.input_ids)
-        batch["input_ids"][i, :n] = torch.tensor(item.input_ids)
-        batch["targets"][i, :n] = torch.tensor(item.targets)
-        batch["attention_mask"][i, :n] = 1
+        batch.input_ids[i, :n] = torch.tensor(item.input_ids)
+        batch.targets[i, :n] = torch.tensor(item.targets)
+        batch.attention_mask[i, :n] = 1
         positions = item.position_ids if isinstance(item, Packed) else list(range(n))
-        batch["position_ids"][i, :n] = torch.tensor(positions)
+        batch.position_ids[i, :n] = torch.tensor(positions)
     return batch

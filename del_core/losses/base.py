@@ -103,15 +103,17 @@ class NumericLoss(torch.nn.Module):
         num_digits: Normaliser = None,
         *,
         vocab_slice: Optional[VocabSlice] = None,
+        spans: Optional[NumberSpans] = None,
     ) -> LossOutput:
         """``logits`` [..., T, V] of any float dtype, ``labels`` [..., T] int64 (-100 = ignored),
         aligned position by position (the caller shifts). With ``vocab_slice`` the logits hold only
-        that slice's columns (tensor parallelism, see ``del_core.parallel``)."""
+        that slice's columns (tensor parallelism, see ``del_core.parallel``). ``spans``: the
+        labels' :func:`number_spans` when the caller already has them (computed here otherwise)."""
         if not torch.is_floating_point(logits):
             raise TypeError(f"logits must be floating point, got {logits.dtype}")
         _check_shapes(logits, labels, "logits")
         vocab_slice = vocab_slice or VocabSlice.full(logits.shape[-1])
-        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(logits.dtype))
+        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(logits.dtype), spans)
         batch.stats = logit_statistics(
             logits.reshape(-1, logits.shape[-1]), batch.labels, self._digit_ids(), self.cost_embedding_rows(), vocab_slice
         )
@@ -127,6 +129,7 @@ class NumericLoss(torch.nn.Module):
         *,
         vocab_slice: Optional[VocabSlice] = None,
         chunk_size: int = 1024,
+        spans: Optional[NumberSpans] = None,
     ) -> LossOutput:
         """The same loss from hidden states [..., T, H] and the LM-head weight [V or V_local, H],
         ``chunk_size`` tokens at a time: the [N, V] logits are never held whole. Gradients flow to
@@ -137,7 +140,7 @@ class NumericLoss(torch.nn.Module):
             raise TypeError(f"hidden states must be floating point, got {hidden.dtype}")
         _check_shapes(hidden, labels, "hidden")
         vocab_slice = vocab_slice or VocabSlice.full(weight.shape[0])
-        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(hidden.dtype))
+        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(hidden.dtype), spans)
         batch.stats = hidden_statistics(
             hidden.reshape(-1, hidden.shape[-1]), weight, batch.labels, self._digit_ids(),
             self.cost_embedding_rows(), vocab_slice, chunk_size, eager_ce_grad=self._plain_ce(),
@@ -152,7 +155,9 @@ class NumericLoss(torch.nn.Module):
     def _digit_ids(self):
         return self.vocab.digit_ids if self.vocab is not None else None
 
-    def _prepare(self, labels: torch.Tensor, vocab_size: int, dtype: torch.dtype) -> Batch:
+    def _prepare(
+        self, labels: torch.Tensor, vocab_size: int, dtype: torch.dtype, spans: Optional[NumberSpans] = None
+    ) -> Batch:
         if labels.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"labels must be int64 token ids, got {labels.dtype}")
         labels = labels.long()
@@ -162,7 +167,11 @@ class NumericLoss(torch.nn.Module):
         batch = Batch(flat, flat != IGNORE_INDEX, dtype)
         if self.vocab is not None:
             self.vocab.check_fits(vocab_size)
-            batch.spans = NumberSpans(*(t.reshape(-1) for t in number_spans(labels, self.vocab)))
+            if spans is None:
+                spans = number_spans(labels, self.vocab)
+            elif spans.is_digit.shape != labels.shape:
+                raise ValueError(f"spans {tuple(spans.is_digit.shape)} do not match labels {tuple(labels.shape)}")
+            batch.spans = NumberSpans(*(t.reshape(-1) for t in spans))
             batch.target_digit = batch.spans.digit_value.clamp_min(0)
         return batch
 

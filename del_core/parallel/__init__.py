@@ -8,14 +8,36 @@
                               vocab_slice=head.vocab_slice)
 """
 from .comm import CollectiveCounter, DistributedReducer, copy_to_tensor_parallel_region, count_collectives, vocab_range
+from .dims import (
+    ParallelDims,
+    ParallelLayoutError,
+    barrier,
+    check_head_counts,
+    destroy,
+    gather_vocab_shards,
+    local_main_first,
+    max_over_world,
+    sum_named,
+)
 from .lm_head import VocabParallelLMHead, vocab_slice_for
+from .rendezvous import free_port
 
 __all__ = [
     "CollectiveCounter",
     "DistributedReducer",
+    "ParallelDims",
+    "ParallelLayoutError",
     "VocabParallelLMHead",
+    "barrier",
+    "check_head_counts",
     "copy_to_tensor_parallel_region",
     "count_collectives",
+    "destroy",
+    "free_port",
+    "gather_vocab_shards",
+    "local_main_first",
+    "max_over_world",
+    "sum_named",
     "vocab_range",
     "vocab_slice_for",
 ]

@@ -8,12 +8,20 @@ not used (``save_latest=False``): the marker is the only source of truth.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
+
+import torch
+
+from del_core.config import ConfigError
+from del_core.parallel import ParallelDims, barrier
 
 MARKER = "COMPLETE.json"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -86,3 +94,80 @@ def prune(root: Path, keep: int, current: Optional[Path] = None) -> list[Path]:
     for path in doomed:
         shutil.rmtree(path, ignore_errors=True)
     return doomed
+
+
+# --- saving and resuming a DeepSpeed engine ------------------------------------------------------
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a checkpoint must share with the run that resumes it: with any of these changed the
+    batches of step s would differ (``total_steps`` and ``loss`` are recorded, not compared)."""
+
+    tp: int
+    num_items: int
+    global_batch_size: int
+    seed: int
+    data: str
+    packing: bool
+    max_length: int
+    total_steps: int
+    loss: str
+
+    COMPARED = ("tp", "num_items", "global_batch_size", "seed", "data", "packing", "max_length")
+
+
+def save(engine: Any, output_dir: Path, step: int, identity: RunIdentity, dims: ParallelDims, keep: int,
+         log: Callable[[str], None]) -> Path:
+    """Write ``checkpoints/step_NNNNNN`` (DeepSpeed shards, each rank's RNG state), then rank 0's
+    marker once every rank has finished, then prune to the newest ``keep``. Collective."""
+    root, tag = checkpoint_root(output_dir), tag_for(step)
+    started = time.time()
+    engine.save_checkpoint(str(root), tag=tag, save_latest=False)
+    torch.save(torch.get_rng_state(), root / tag / f"rng_rank{dims.rank}.pt")
+    barrier()  # every rank's shards are on disk
+    if dims.is_main:
+        mark_complete(root / tag, {**dataclasses.asdict(identity), "step": step})
+        removed = prune(root, keep)
+        log(f"[checkpoint] step {step} saved to {root / tag} in {time.time() - started:.1f} s"
+            + (f"; removed {', '.join(p.name for p in removed)}" if removed else ""))
+    barrier()
+    return root / tag
+
+
+def _checkpoint_to_resume(resume: str, output_dir: Path, log: Callable[[str], None]) -> Optional[Path]:
+    if resume == "no":
+        return None
+    if resume != "auto":
+        return Path(resume)
+    root = checkpoint_root(output_dir)
+    complete, incomplete = list_checkpoints(root)
+    for path in incomplete:
+        log(f"[resume] ignoring {path}: incomplete (no {MARKER})")
+    if not complete:
+        log(f"[resume] no complete checkpoint in {root}: starting from step 0")
+        return None
+    return complete[-1][1]
+
+
+def resume(engine: Any, resume: str, output_dir: Path, identity: RunIdentity, dims: ParallelDims,
+           log: Callable[[str], None]) -> int:
+    """Load the checkpoint ``resume`` names (``no``, ``auto`` = the newest complete one, or a
+    directory) into ``engine``; the step to continue from (0: a fresh start)."""
+    path = _checkpoint_to_resume(resume, output_dir, log)
+    if path is None:
+        return 0
+    saved = read_state(path)
+    current = dataclasses.asdict(identity)
+    for key in RunIdentity.COMPARED:
+        if saved.get(key) != current[key]:
+            raise ConfigError(
+                f"resume: {path} was written with {key}={saved.get(key)!r}, this run has {current[key]!r}; "
+                "the data order would differ"
+            )
+    load_path, _ = engine.load_checkpoint(str(path.parent), tag=path.name)
+    if load_path is None:
+        raise RuntimeError(f"resume: DeepSpeed could not load {path}")
+    rng = path / f"rng_rank{dims.rank}.pt"
+    if rng.is_file():
+        torch.set_rng_state(torch.load(rng))
+    log(f"[resume] continuing from {path} (step {saved['step']})")
+    return int(saved["step"])

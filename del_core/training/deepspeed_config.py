@@ -10,27 +10,32 @@ import json
 from pathlib import Path
 from typing import Any
 
-from recipes.config import ConfigError, TrainConfig
+from del_core.config import ConfigError
+from del_core.training.config import TrainConfig
 
-DS_CONFIG_DIR = Path(__file__).resolve().parents[1] / "ds_configs"
+# The project's ZeRO-2 / ZeRO-3 / ZeRO-3-offload files at the top of the checkout; a wheel install
+# without them takes an explicit parallel.ds_config.
+DS_CONFIG_DIR = Path(__file__).resolve().parents[2] / "ds_configs"
 
 
 def config_path(config: TrainConfig) -> Path:
-    if config.ds_config:
-        return Path(config.ds_config)
-    if config.offload:
+    parallel = config.parallel
+    if parallel.ds_config:
+        return Path(parallel.ds_config)
+    if parallel.offload:
         return DS_CONFIG_DIR / "zero3_offload.json"
-    return DS_CONFIG_DIR / f"zero{config.zero_stage}.json"
+    return DS_CONFIG_DIR / f"zero{parallel.zero_stage}.json"
 
 
 def accumulation_steps(config: TrainConfig, data_parallel: int) -> int:
-    per_step = config.micro_batch_size * data_parallel
-    if config.global_batch_size % per_step:
+    run = config.run
+    per_step = run.micro_batch_size * data_parallel
+    if run.global_batch_size % per_step:
         raise ConfigError(
-            f"global_batch_size {config.global_batch_size} is not divisible by micro_batch_size "
-            f"{config.micro_batch_size} x {data_parallel} data-parallel ranks"
+            f"run.global_batch_size {run.global_batch_size} is not divisible by run.micro_batch_size "
+            f"{run.micro_batch_size} x {data_parallel} data-parallel ranks"
         )
-    return config.global_batch_size // per_step
+    return run.global_batch_size // per_step
 
 
 def _fill(section: dict, key: str, value: Any) -> None:
@@ -38,51 +43,62 @@ def _fill(section: dict, key: str, value: Any) -> None:
         section[key] = value
 
 
-def build_ds_config(config: TrainConfig, data_parallel: int, bf16: bool, use_ds_optimizer: bool) -> dict:
-    """The filled DeepSpeed config dict for ``data_parallel`` ranks (world size / tp)."""
-    path = config_path(config)
+def _read(path: Path) -> dict:
     try:
-        raw = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"DeepSpeed config {path} does not exist") from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"DeepSpeed config {path}: not valid JSON ({err})") from None
-    ds = copy.deepcopy(raw)
-    _fill(ds, "train_micro_batch_size_per_gpu", config.micro_batch_size)
+
+
+def _fill_batch_sizes(ds: dict, config: TrainConfig, data_parallel: int, path: Path) -> None:
+    run, tp = config.run, config.parallel.tp
+    _fill(ds, "train_micro_batch_size_per_gpu", run.micro_batch_size)
     _fill(ds, "gradient_accumulation_steps", accumulation_steps(config, data_parallel))
     # DeepSpeed counts every rank, tensor-parallel replicas included, in train_batch_size; the
     # recipe's global batch counts distinct sequences (tensor-parallel ranks share theirs).
-    _fill(ds, "train_batch_size", config.global_batch_size * config.tp)
-    if config.ds_config:
-        _fill(ds, "gradient_clipping", config.grad_clip)
+    _fill(ds, "train_batch_size", run.global_batch_size * tp)
+    expected = ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * data_parallel * tp
+    if ds["train_batch_size"] != expected:
+        raise ConfigError(f"{path}: its batch sizes contradict the recipe's (global {run.global_batch_size})")
+
+
+def _set_optimizer(ds: dict, config: TrainConfig, use_ds_optimizer: bool) -> None:
+    optimizer = config.optimizer
+    if use_ds_optimizer:
+        params = {"lr": optimizer.lr, "betas": list(optimizer.betas), "eps": optimizer.eps,
+                  "weight_decay": optimizer.weight_decay}
+        ds["optimizer"] = {"type": "AdamW", "params": params}
+        return
+    ds.pop("optimizer", None)
+    ds["zero_allow_untested_optimizer"] = True
+    if "offload_optimizer" in ds["zero_optimization"]:
+        ds["zero_force_ds_cpu_optimizer"] = False
+
+
+def build_ds_config(config: TrainConfig, data_parallel: int, bf16: bool, use_ds_optimizer: bool) -> dict:
+    """The filled DeepSpeed config dict for ``data_parallel`` ranks (world size / tp)."""
+    path = config_path(config)
+    ds = copy.deepcopy(_read(path))
+    explicit = bool(config.parallel.ds_config)
+    _fill_batch_sizes(ds, config, data_parallel, path)
+    if explicit:
+        _fill(ds, "gradient_clipping", config.optimizer.grad_clip)
     else:  # the project's own files: the recipe's value wins
-        ds["gradient_clipping"] = config.grad_clip
-    if ds["train_batch_size"] != ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * data_parallel * config.tp:
-        raise ConfigError(f"{path}: its batch sizes contradict the recipe's (global {config.global_batch_size})")
+        ds["gradient_clipping"] = config.optimizer.grad_clip
     ds.setdefault("bf16", {})
     _fill(ds["bf16"], "enabled", bf16)
     if ds.get("fp16", {}).get("enabled") == "auto":
         ds["fp16"]["enabled"] = False
     zero = ds.setdefault("zero_optimization", {})
-    if not config.ds_config:
-        zero["stage"] = 3 if config.offload else config.zero_stage
-    if use_ds_optimizer:
-        ds["optimizer"] = {
-            "type": "AdamW",
-            "params": {
-                "lr": config.lr, "betas": list(config.adam_betas), "eps": config.adam_eps,
-                "weight_decay": config.weight_decay,
-            },
-        }
-    else:
-        ds.pop("optimizer", None)
-        ds["zero_allow_untested_optimizer"] = True
-        if "offload_optimizer" in zero:
-            ds["zero_force_ds_cpu_optimizer"] = False
-    if config.tp > 1:
+    if not explicit:
+        zero["stage"] = 3 if config.parallel.offload else config.parallel.zero_stage
+    _set_optimizer(ds, config, use_ds_optimizer)
+    if config.parallel.tp > 1:
         # AutoTP shards the body; the LM head is column (vocab) parallel and returns local logit
         # shards, which the loss reduces with digit-restricted partial sums (del_core.parallel).
-        ds["tensor_parallel"] = {"autotp_size": config.tp, "vocab_parallel_lm_head": True}
+        ds["tensor_parallel"] = {"autotp_size": config.parallel.tp, "vocab_parallel_lm_head": True}
     ds.pop("scheduler", None)  # the recipe's own warm-up + cosine schedule is passed to deepspeed.initialize
     leftover = _find_auto(ds)
     if leftover:

@@ -10,27 +10,34 @@ from typing import Optional
 
 import torch
 
-from del_core import LossOutput, NumericLoss
+from del_core import LossOutput, NumberSpans, NumericLoss
 
-METRIC_NAMES = ("n_tokens", "n_digits", "digit_entropy", "digit_acc")
+# The named scalars the objective returns per micro-batch: the differentiable loss parts and the
+# loss's detached metrics over the micro-batch (see del_core.LossOutput).
+LOSS_PARTS = ("loss", "ce", "aux")
+LOSS_METRICS = ("n_tokens", "n_digits", "digit_entropy", "digit_acc")
 
 
-def as_tuple(out: LossOutput) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(loss, ce, aux, metrics [4] in METRIC_NAMES order): plain tensors, which ZeRO-3's module
-    hooks can see (they do not look inside dataclasses)."""
+def as_named_tensors(out: LossOutput) -> dict[str, torch.Tensor]:
+    """The loss result as a flat dict of scalar tensors (keys LOSS_PARTS + LOSS_METRICS): ZeRO-3's
+    module hooks see the tensors of a dict (not those inside a dataclass); a metric the loss does
+    not compute (no digit vocabulary) is 0."""
     zero = torch.zeros((), device=out.loss.device)
-    metrics = torch.stack([out.metrics.get(name, zero).float().to(out.loss.device) for name in METRIC_NAMES])
-    return out.loss, out.ce, out.aux, metrics
+    named = {"loss": out.loss, "ce": out.ce, "aux": out.aux}
+    named.update({name: out.metrics.get(name, zero).float().to(out.loss.device) for name in LOSS_METRICS})
+    return named
 
 
 class CausalLMObjective(torch.nn.Module):
-    """``forward(input_ids, targets, ...) -> (loss, ce, aux, metrics)``, see :func:`as_tuple`.
+    """``forward(input_ids, targets, ...) -> dict`` of named scalars, see :func:`as_named_tensors`.
 
     input_ids, targets [B, T] int64 (targets aligned: position t predicts targets[t], -100 ignored);
     attention_mask [B, T] or None; position_ids [B, T] (restart at 0 for each packed example; with
     ``attention_mask=None`` transformers then keeps attention inside each example).
     loss_path "logits": the model's logits [B, T, V] go to the loss; "chunked": the last hidden
     states and the LM-head weight go to ``loss.from_hidden``, ``chunk_size`` tokens at a time.
+    num_tokens, num_digits: the global normalisers (0-dim tensors); spans: the targets'
+    :class:`del_core.NumberSpans`, computed once where the batch was made.
     """
 
     def __init__(self, lm: torch.nn.Module, loss_fn: NumericLoss, loss_path: str = "logits", chunk_size: int = 1024):
@@ -76,17 +83,20 @@ class CausalLMObjective(torch.nn.Module):
         position_ids: Optional[torch.Tensor] = None,
         num_tokens: Optional[torch.Tensor] = None,
         num_digits: Optional[torch.Tensor] = None,
-    ) -> tuple[torch.Tensor, ...]:
+        spans: Optional[NumberSpans] = None,
+    ) -> dict[str, torch.Tensor]:
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         if self.loss_path == "logits":
             logits = self.lm(**inputs).logits
-            return as_tuple(self.loss_fn(logits, targets, num_tokens, num_digits, vocab_slice=self.vocab_slice))
+            out = self.loss_fn(logits, targets, num_tokens, num_digits, vocab_slice=self.vocab_slice, spans=spans)
+            return as_named_tensors(out)
         hidden = self.lm.base_model(**inputs).last_hidden_state
         if self.tp_group is not None:
             from del_core.parallel import copy_to_tensor_parallel_region
 
             hidden = copy_to_tensor_parallel_region(hidden, self.tp_group)
-        return as_tuple(self.loss_fn.from_hidden(
+        out = self.loss_fn.from_hidden(
             hidden, self.head_weight(), targets, num_tokens, num_digits, vocab_slice=self.vocab_slice,
-            chunk_size=self.chunk_size,
-        ))
+            chunk_size=self.chunk_size, spans=spans,
+        )
+        return as_named_tensors(out)

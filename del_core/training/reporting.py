@@ -1,86 +1,113 @@
 """Where training metrics go: a tqdm bar and console lines, ``metrics.jsonl``, TensorBoard, wandb.
 
-Only rank 0 builds a real reporter; other ranks get one whose methods do nothing. Every record is a
-flat dict of numbers with ``step`` (optimizer steps done) and ``kind`` (train, eval, final).
+Only rank 0 builds a :class:`Reporter`; other ranks get a :class:`SilentReporter`. Every record is
+one of the typed records of :mod:`del_core.training.records`, which also define the JSONL schema.
 """
+
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-_CONSOLE_KEYS = (
+from del_core.data.jsonl import JsonlAppender
+from del_core.training.records import EvalRecord, MetricsRecord, TrainRecord, record_to_json
+
+_CONSOLE_FIELDS = (
     ("loss", "loss {:.4f}"), ("ce", "ce {:.4f}"), ("aux", "aux {:.4f}"), ("digit_entropy", "H(dig) {:.3f}"),
     ("digit_acc", "dig acc {:.3f}"), ("lr", "lr {:.2e}"), ("grad_norm", "gnorm {:.3f}"),
     ("tokens_per_s", "{:.0f} tok/s"), ("peak_mem_gb", "mem {:.2f} GB"),
 )
 
 
+def console_line(record: MetricsRecord) -> Optional[str]:
+    """The console text of a record (None for the final record, which the summary table shows)."""
+    if isinstance(record, TrainRecord):
+        parts = [fmt.format(getattr(record, name)) for name, fmt in _CONSOLE_FIELDS if getattr(record, name) is not None]
+        return f"step {record.step:>6} | " + " | ".join(parts)
+    if isinstance(record, EvalRecord):
+        shown = " ".join(f"{k} {v:.4f}" for k, v in _scalars(record).items())
+        return f"[eval] {record.label}, step {record.step}: {shown}"
+    return None
+
+
+def _scalars(record: MetricsRecord) -> dict[str, float]:
+    """The record's numeric fields (not ``step``), nested records flattened as ``last/ce``."""
+    flat: dict[str, float] = {}
+    for key, value in record_to_json(record).items():
+        if isinstance(value, dict):
+            flat.update({f"{key}/{k}": v for k, v in value.items() if _is_number(v) and k != "step"})
+        elif _is_number(value) and key != "step":
+            flat[key] = value
+    return flat
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 class Reporter:
-    def __init__(self, output_dir: Path, report_to: tuple, total_steps: int, start_step: int, run_name: str,
+    """Rank 0's sinks; ``report_to`` names them (jsonl, tensorboard, wandb)."""
+
+    def __init__(self, output_dir: Path, report_to: Sequence[str], total_steps: int, start_step: int, run_name: str,
                  config: dict, wandb_project: str = "del"):
         from tqdm import tqdm
 
         self.output_dir = Path(output_dir)
-        self.jsonl = open(self.output_dir / "metrics.jsonl", "a") if "jsonl" in report_to else None
-        self.tensorboard = None
-        if "tensorboard" in report_to:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tensorboard = SummaryWriter(str(self.output_dir / "tensorboard"))
-            except ImportError:
-                print("[report] tensorboard is not installed: no TensorBoard logs (pip install tensorboard)", flush=True)
-        self.wandb = None
-        if "wandb" in report_to:
-            try:
-                import wandb
-
-                self.wandb = wandb.init(project=wandb_project, name=run_name, config=config, resume="allow")
-            except ImportError:
-                print("[report] report_to has wandb but the wandb package is not installed", flush=True)
+        self.jsonl = JsonlAppender(self.output_dir / "metrics.jsonl") if "jsonl" in report_to else None
+        self.tensorboard = self._tensorboard() if "tensorboard" in report_to else None
+        self.wandb = self._wandb(wandb_project, run_name, config) if "wandb" in report_to else None
         self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
                         file=sys.stderr, disable=None)
         self.started = time.time()
 
-    def log(self, record: dict[str, Any], console: bool = True) -> None:
-        record = {"time": round(time.time() - self.started, 3), **record}
-        if self.jsonl is not None:
-            self.jsonl.write(json.dumps(record) + "\n")
-            self.jsonl.flush()
-        step = int(record.get("step", 0))
-        kind = record.get("kind", "train")
-        numbers = {k: v for k, v in record.items() if isinstance(v, (int, float)) and k not in ("step", "time")}
-        if self.tensorboard is not None:
-            for key, value in numbers.items():
-                self.tensorboard.add_scalar(f"{kind}/{key}", value, step)
-        if self.wandb is not None:
-            self.wandb.log({f"{kind}/{k}": v for k, v in numbers.items()}, step=step)
-        if console:
-            if kind == "train":
-                parts = [fmt.format(record[k]) for k, fmt in _CONSOLE_KEYS if record.get(k) is not None]
-                self.write(f"step {step:>6} | " + " | ".join(parts))
-            else:
-                shown = " ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in numbers.items())
-                self.write(f"[{kind}] step {step}: {shown}")
+    def _tensorboard(self):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            self.write("[report] tensorboard is not installed: no TensorBoard logs (pip install tensorboard)")
+            return None
+        return SummaryWriter(str(self.output_dir / "tensorboard"))
 
-    def advance(self, record: Optional[dict] = None) -> None:
+    def _wandb(self, project: str, run_name: str, config: dict):
+        try:
+            import wandb
+        except ImportError:
+            self.write("[report] report_to has wandb but the wandb package is not installed")
+            return None
+        return wandb.init(project=project, name=run_name, config=config, resume="allow")
+
+    def log(self, record: MetricsRecord, console: bool = True) -> None:
+        if self.jsonl is not None:
+            self.jsonl.append({**record_to_json(record), "time": round(time.time() - self.started, 3)})
+        scalars = _scalars(record)
+        if self.tensorboard is not None:
+            for key, value in scalars.items():
+                self.tensorboard.add_scalar(f"{record.kind}/{key}", value, record.step)
+        if self.wandb is not None:
+            self.wandb.log({f"{record.kind}/{k}": v for k, v in scalars.items()}, step=record.step)
+        line = console_line(record) if console else None
+        if line:
+            self.write(line)
+
+    def advance(self, record: Optional[TrainRecord] = None) -> None:
         self.bar.update(1)
-        if record:
-            self.bar.set_postfix(loss=f"{record['loss']:.4f}", refresh=False)
+        if record is not None:
+            self.bar.set_postfix(loss=f"{record.loss:.4f}", refresh=False)
 
     def write(self, text: str) -> None:
+        if getattr(self, "bar", None) is None:
+            print(text, flush=True)
+            return
         self.bar.write(text, file=sys.stdout)
         sys.stdout.flush()
 
     def close(self) -> None:
         self.bar.close()
-        if self.jsonl is not None:
-            self.jsonl.close()
-        if self.tensorboard is not None:
-            self.tensorboard.close()
+        for sink in (self.jsonl, self.tensorboard):
+            if sink is not None:
+                sink.close()
         if self.wandb is not None:
             self.wandb.finish()
 
@@ -88,10 +115,10 @@ class Reporter:
 class SilentReporter:
     """The reporter of ranks other than 0."""
 
-    def log(self, record: dict, console: bool = True) -> None:
+    def log(self, record: MetricsRecord, console: bool = True) -> None:
         pass
 
-    def advance(self, record: Optional[dict] = None) -> None:
+    def advance(self, record: Optional[TrainRecord] = None) -> None:
         pass
 
     def write(self, text: str) -> None:

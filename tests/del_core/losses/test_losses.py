@@ -6,29 +6,7 @@ import pytest
 import torch
 
 from del_core import LOSS_NAMES, DigitVocab, build_loss
-from test_spans import DIGITS, OTHER, POINT, encode
-
-VOCAB = DigitVocab(DIGITS, POINT)
-V = 64
-H = 5
-TEXTS = ["ab12.5cd", "3x.75_9y", "zz100.1z", "no_digit"]
-
-
-def make_batch(seed=0, texts=TEXTS, dtype=torch.float64, scale=3.0):
-    g = torch.Generator().manual_seed(seed)
-    labels = torch.tensor([encode(t) for t in texts])
-    logits = (scale * torch.randn(*labels.shape, V, generator=g, dtype=torch.float64)).to(dtype)
-    return logits, labels
-
-
-def cost_embedding(seed=1):
-    return torch.randn(V, H, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-
-
-def build(name, **kw):
-    if name == "emo":
-        kw.setdefault("cost_embedding", cost_embedding())
-    return build_loss(name, VOCAB, **kw)
+from helpers.toy_vocab import DIGITS, OTHER, POINT, TEXTS, VOCAB, V, H, build, cost_embedding, encode, make_batch
 
 
 # --- independent reference, plain Python floats ---------------------------------------------------

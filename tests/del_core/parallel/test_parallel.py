@@ -13,7 +13,7 @@ import torch.multiprocessing as mp
 
 from del_core import LOSS_NAMES
 from del_core.parallel import vocab_range
-from parallel_worker import make_loss, scenario_inputs, worker
+from helpers.parallel_worker import make_loss, scenario_inputs, worker
 
 V = 47  # uneven over 2, 3 and 4 ranks; the last of 4 ranks still holds 11 rows
 H = 6

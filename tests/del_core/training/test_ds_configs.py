@@ -2,11 +2,13 @@
 import json
 from pathlib import Path
 
+from helpers.shared import REPO
+
 import pytest
 
 deepspeed_config = pytest.importorskip("deepspeed.runtime.config")
 
-CONFIGS = Path(__file__).resolve().parents[1] / "ds_configs"
+CONFIGS = REPO / "ds_configs"
 
 
 def fill(config: dict, micro_batch: int, accumulation: int, world: int, bf16: bool) -> dict:

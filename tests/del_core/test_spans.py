@@ -7,26 +7,7 @@ from hypothesis import strategies as st
 
 from del_core import DigitVocab, number_spans
 
-# A synthetic vocabulary whose digit ids are not in order and not contiguous.
-DIGITS = (40, 12, 33, 7, 25, 18, 3, 29, 50, 21)
-POINT = 9
-OTHER = 60
-VOCAB = DigitVocab(DIGITS, POINT)
-
-
-def encode(text):
-    """Characters to ids: digits and '.' map to the vocabulary, anything else to OTHER, '_' to -100."""
-    out = []
-    for ch in text:
-        if ch.isdigit():
-            out.append(DIGITS[int(ch)])
-        elif ch == ".":
-            out.append(POINT)
-        elif ch == "_":
-            out.append(-100)
-        else:
-            out.append(OTHER)
-    return out
+from helpers.toy_vocab import DIGITS, OTHER, POINT, VOCAB, encode
 
 
 def reference_place_values(row):

@@ -4,7 +4,7 @@ import torch
 
 from del_core import LOSS_NAMES
 from del_core.losses.statistics import hidden_statistics
-from test_losses import DIGITS, TEXTS, V, build, encode
+from helpers.toy_vocab import DIGITS, TEXTS, V, build, encode
 
 H = 6
 

@@ -1,7 +1,6 @@
 """The chunked loss under DeepSpeed ZeRO-3 (2 CPU processes): the partitioned LM-head weight is
 gathered for the loss's forward and backward, so training follows the single-process run."""
 import json
-import socket
 import tempfile
 
 import pytest
@@ -9,18 +8,13 @@ import torch.multiprocessing as mp
 
 pytest.importorskip("deepspeed")
 
-from zero3_worker import reference_losses, worker  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from del_core.parallel import free_port  # noqa: E402
+from helpers.zero3_worker import reference_losses, worker  # noqa: E402
 
 
 def test_chunked_loss_trains_under_zero3_like_a_single_process():
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(worker, args=(2, _free_port(), tmp), nprocs=2, start_method="spawn")
+        mp.start_processes(worker, args=(2, free_port(), tmp), nprocs=2, start_method="spawn")
         ranks = [json.load(open(f"{tmp}/rank{r}.json")) for r in range(2)]
     expected = reference_losses()
     for result in ranks:

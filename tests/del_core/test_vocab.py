@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from conftest import MULTI_DIGIT_VOCABS, SINGLE_DIGIT_VOCABS, real_tokenizer
+from helpers.shared import MULTI_DIGIT_VOCABS, SINGLE_DIGIT_VOCABS, real_tokenizer
 from del_core import DigitVocab, MultiDigitVocabularyError, build_loss, number_spans
 from del_core.vocab import MULTI_DIGIT, SINGLE_DIGIT
 

@@ -5,11 +5,11 @@ import json
 import pytest
 import torch
 
-from conftest import real_tokenizer
+from helpers.shared import real_tokenizer
 from del_core import DigitVocab, number_spans
-from recipes.data import DataError, collate, encode, encode_all, load_rows, pack, shuffled
-from recipes.prompting import format_prompt
-from recipes.synthetic_math import make_problems
+from del_core.data import DataError, collate, encode, encode_all, load_rows, pack, shuffled
+from del_core.data.prompting import format_prompt
+from del_core.data.synthetic import make_problems
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +64,12 @@ def test_packing_keeps_examples_apart(tok):
     for row, p in enumerate(packed):
         start = 0
         for n, ex in zip(p.lengths, examples[sum(len(q.lengths) for q in packed[:row]) :]):
-            assert batch["position_ids"][row, start : start + n].tolist() == list(range(n))
-            assert batch["targets"][row, start + n - 1] == -100  # nothing predicts across examples
-            assert batch["targets"][row, start : start + n].tolist() == ex.targets
+            assert batch.position_ids[row, start : start + n].tolist() == list(range(n))
+            assert batch.targets[row, start + n - 1] == -100  # nothing predicts across examples
+            assert batch.targets[row, start : start + n].tolist() == ex.targets
             start += n
     # Number spans of a packed row never run from one example into the next.
-    spans = number_spans(batch["targets"], vocab)
+    spans = number_spans(batch.targets, vocab)
     span_id = spans.span_start.long().cumsum(-1)
     for row, p in enumerate(packed):
         owner = torch.repeat_interleave(torch.arange(len(p.lengths)), torch.tensor(p.lengths))
@@ -79,12 +79,12 @@ def test_packing_keeps_examples_apart(tok):
 
 
 def test_collate_pads_with_ignored_targets():
-    from recipes.data import Example
+    from del_core.data import Example
 
     batch = collate([Example([5, 6, 7], [6, 7, -100]), Example([8], [-100])], pad_id=0)
-    assert batch["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
-    assert batch["targets"].tolist() == [[6, 7, -100], [-100, -100, -100]]
-    assert batch["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert batch.input_ids.tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert batch.targets.tolist() == [[6, 7, -100], [-100, -100, -100]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1], [1, 0, 0]]
 
 
 def test_shuffle_is_deterministic():

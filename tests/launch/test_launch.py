@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import real_tokenizer
-from train_helpers import REPO, free_port, make_tiny_qwen2, records
+from helpers.shared import real_tokenizer
+from helpers.training import REPO, free_port, make_tiny_qwen2, records
 
 SCRIPTS = [REPO / "launch" / "train.sh", REPO / "launch" / "docker.sh", REPO / "launch" / "slurm" / "train.sbatch",
            REPO / "launch" / "slurm" / "node.sh", REPO / "tests" / "fake_slurm" / "scancel"]

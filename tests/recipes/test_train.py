@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import real_tokenizer
-from train_helpers import make_tiny_qwen2, records, run_train, train_losses
+from helpers.shared import real_tokenizer
+from helpers.training import make_tiny_qwen2, records, run_train, train_losses
 
 RTOL = 1e-5  # fp32 round-off between different reduction orders
 

@@ -1,0 +1,112 @@
+"""The parallel layout of a training run and the few collectives the trainer needs.
+
+``ParallelDims`` holds the degrees (world = tensor parallel x data parallel), this process's
+ranks and the process groups. Tensor-parallel groups are ``tp`` consecutive ranks; the ranks of a
+tensor-parallel group train on the same batch, so counts and metrics are summed over the
+data-parallel group only. Every function here is a collective: all ranks must call it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping, Optional
+
+import torch
+import torch.distributed as dist
+
+
+class ParallelLayoutError(ValueError):
+    """A tensor-parallel size that does not fit the world or the model; the message says which."""
+
+
+@dataclass(frozen=True)
+class ParallelDims:
+    """world = tp x dp; ``dp_group``/``tp_group`` None mean the whole world / no tensor parallelism."""
+
+    world: int
+    rank: int
+    tp: int
+    dp: int
+    dp_rank: int
+    local_rank: int = 0
+    dp_group: Optional[Any] = None
+    tp_group: Optional[Any] = None
+
+    @classmethod
+    def from_world(cls, tp: int) -> "ParallelDims":
+        """The layout of the initialised default process group with tensor-parallel size ``tp``
+        (the groups are filled in once DeepSpeed has made them, :meth:`with_groups`)."""
+        world, rank = dist.get_world_size(), dist.get_rank()
+        if world % tp:
+            raise ParallelLayoutError(f"parallel.tp={tp} does not divide the world of {world} processes")
+        return cls(world, rank, tp, world // tp, rank, int(os.environ.get("LOCAL_RANK", 0)))
+
+    def with_groups(self, dp_group: Any, tp_group: Any, dp_rank: int) -> "ParallelDims":
+        return ParallelDims(self.world, self.rank, self.tp, self.dp, dp_rank, self.local_rank, dp_group, tp_group)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def check_head_counts(model_config: Any, tp: int) -> None:
+    """Attention is split by heads: ``tp`` must divide the query and key-value head counts."""
+    text = getattr(model_config, "text_config", None) or model_config
+    heads = getattr(text, "num_attention_heads", None)
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    for count, what in ((heads, "attention"), (kv_heads, "key-value")):
+        if count is not None and count % tp:
+            raise ParallelLayoutError(f"parallel.tp={tp} must divide the model's {count} {what} heads")
+
+
+def sum_named(values: Mapping[str, torch.Tensor | float], device: torch.device, group: Any = None) -> dict[str, float]:
+    """All-reduce (sum) named scalars over ``group`` in one collective; the sums as host floats
+    (one host sync)."""
+    names = sorted(values)
+    packed = torch.stack([torch.as_tensor(values[name], dtype=torch.float64, device=device) for name in names])
+    dist.all_reduce(packed, group=group)
+    return dict(zip(names, packed.tolist()))
+
+
+def max_over_world(value: float, device: torch.device) -> float:
+    tensor = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.item()
+
+
+def barrier() -> None:
+    dist.barrier()
+
+
+@contextlib.contextmanager
+def local_main_first(local_rank: int) -> Iterator[None]:
+    """Run the body on local rank 0 first (downloads, conversions), then on the other ranks."""
+    first = local_rank == 0
+    if not first:
+        dist.barrier()
+    yield
+    if first:
+        dist.barrier()
+
+
+def gather_vocab_shards(local: torch.Tensor, vocab_size: int, group: Any) -> torch.Tensor:
+    """Full-vocabulary logits [..., V] from every tensor-parallel rank's columns [..., V_local]
+    (evaluation only: training never gathers logits)."""
+    sizes = [torch.zeros(1, dtype=torch.long, device=local.device) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(sizes, torch.tensor([local.shape[-1]], device=local.device), group=group)
+    width = max(int(s) for s in sizes)
+    padded = torch.nn.functional.pad(local.contiguous(), (0, width - local.shape[-1]))
+    parts = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(parts, padded, group=group)
+    full = torch.cat([part[..., : int(size)] for part, size in zip(parts, sizes)], -1)
+    if full.shape[-1] != vocab_size:
+        raise RuntimeError(f"gathered {full.shape[-1]} logit columns, expected the vocabulary's {vocab_size}")
+    return full
+
+
+def destroy() -> None:
+    """Tear the process group down explicitly (an implicit teardown at exit sometimes aborts)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

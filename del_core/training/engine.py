@@ -1,0 +1,132 @@
+"""Everything of a run that talks to DeepSpeed: the process group, the engine, ZeRO-3 parameter
+gathering, AutoTP's groups and the consolidated export. The only DeepSpeed importer of del_core."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator, Optional
+
+import torch
+
+from del_core.losses.statistics import VocabSlice
+from del_core.parallel import DistributedReducer, ParallelDims, free_port
+from del_core.training.config import TrainConfig
+from del_core.training.objective import CausalLMObjective
+from del_core.training.schedule import lr_scheduler
+
+
+def init_distributed(on_gpu: bool) -> None:
+    """DeepSpeed's process group: nccl on GPU, gloo on CPU. Without a launcher, one process."""
+    if not on_gpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                          MASTER_PORT=str(free_port()))
+    import deepspeed
+
+    if on_gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    deepspeed.init_distributed(dist_backend="nccl" if on_gpu else "gloo")
+
+
+def partitioning_context(ds_config: dict, tp: int) -> Any:
+    """transformers' ``HfDeepSpeedConfig`` for ``ds_config``: while the returned object is alive,
+    ``from_pretrained`` creates ZeRO-3 parameters already partitioned. The caller keeps it."""
+    from transformers.integrations import HfDeepSpeedConfig
+
+    if tp > 1:
+        # transformers refuses its weight renaming under zero.Init when the config names tensor
+        # parallelism. The model is built ZeRO-3-partitioned over the world; deepspeed.initialize
+        # then applies AutoTP and re-partitions over data parallel.
+        ds_config = {k: v for k, v in ds_config.items() if k != "tensor_parallel"}
+    return HfDeepSpeedConfig(ds_config)
+
+
+@contextlib.contextmanager
+def gathered(params: list[torch.nn.Parameter], enabled: bool) -> Iterator[None]:
+    """Inside the block the ZeRO-3-partitioned ``params`` hold their full values (collective)."""
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(params, enabled=enabled):
+        yield
+
+
+def register_lm_head_weight(objective: CausalLMObjective) -> None:
+    """The chunked loss reads the LM-head weight outside the head's own forward: ZeRO-3 must gather
+    it around the objective's forward and backward."""
+    import deepspeed
+
+    deepspeed.zero.register_external_parameter(objective, objective.head_weight())
+
+
+def parameter_groups(objective: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Trainable parameters: matrices with ``weight_decay``, vectors (norms, biases) without."""
+    params = [p for p in objective.parameters() if p.requires_grad]
+    groups = [
+        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
+        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
+    ]
+    return [g for g in groups if g["params"]]
+
+
+def initialize(objective: CausalLMObjective, config: TrainConfig, ds_config: dict, total_steps: int,
+               use_ds_optimizer: bool) -> tuple[Any, Any]:
+    """(engine, LR scheduler): DeepSpeed's AdamW when ``use_ds_optimizer``, torch AdamW otherwise,
+    and the warm-up cosine schedule of :mod:`del_core.training.schedule`."""
+    import deepspeed
+
+    opt = config.optimizer
+    groups = parameter_groups(objective, opt.weight_decay)
+    optimizer = None if use_ds_optimizer else torch.optim.AdamW(groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps)
+
+    def make_scheduler(built: torch.optim.Optimizer):
+        return lr_scheduler(built, total_steps, opt.warmup_ratio, opt.min_lr_ratio)
+
+    engine, _, _, scheduler = deepspeed.initialize(
+        model=objective, optimizer=optimizer, model_parameters=groups, lr_scheduler=make_scheduler, config=ds_config
+    )
+    return engine, scheduler
+
+
+def tensor_parallel_dims(dims: ParallelDims) -> ParallelDims:
+    """``dims`` with the data- and tensor-parallel groups DeepSpeed made for AutoTP."""
+    from deepspeed.utils import groups
+
+    return dims.with_groups(groups.get_data_parallel_group(), groups.get_tensor_model_parallel_group(),
+                            groups.get_data_parallel_rank())
+
+
+def vocab_slice_of_head(objective: CausalLMObjective, dims: ParallelDims) -> VocabSlice:
+    """This rank's LM-head columns after AutoTP made the head vocab-parallel, with a reducer that
+    all-reduces the loss's digit-restricted partial sums over the tensor-parallel group."""
+    head = objective.lm.get_output_embeddings()
+    if not hasattr(head, "vocab_start_index"):
+        raise RuntimeError(
+            f"tp={dims.tp}: AutoTP did not turn the LM head into a vocab-parallel layer "
+            f"({type(head).__name__}); the loss needs local logit shards"
+        )
+    return VocabSlice(head.vocab_start_index, head.vocab_end_index, head.vocab_size, DistributedReducer(dims.tp_group))
+
+
+def full_state_dict(engine: Any, objective: torch.nn.Module, gather: bool, is_main: bool) -> Optional[dict]:
+    """The full model weights on rank 0 (None elsewhere). Collective when ``gather``.
+
+    With ZeRO-3 partitions or AutoTP shards only DeepSpeed can assemble the full tensors; its
+    ``_consolidated_16bit_state_dict`` (private, no public equivalent that returns the dict
+    instead of writing files) does that once, in this one place.
+    """
+    if gather:
+        return engine._consolidated_16bit_state_dict()
+    return objective.state_dict() if is_main else None
+
+
+def grad_norm(engine: Any) -> Optional[float]:
+    value = engine.get_global_grad_norm()
+    return float(value) if value is not None else None
+
+
+def zero_stage(engine: Any) -> int:
+    return engine.zero_optimization_stage()
+
+

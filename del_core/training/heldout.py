@@ -1,0 +1,93 @@
+"""Held-out measurements during training (before the first and after the last step).
+
+Teacher-forced metrics (:mod:`del_core.evaluation.teacher_forced`) over the held-out examples,
+sharded over data-parallel ranks with every rank running the same number of forwards (ZeRO-3
+gathers parameters collectively; tensor-parallel ranks see the same rows and gather their logit
+columns); and optionally greedy answers to the first ``generate`` rows, scored by the project's one
+answer reader (:func:`del_core.evaluation.heldout.answer_accuracy`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from del_core.data.prompting import format_prompt
+from del_core.data.tokenized import Example, collate
+from del_core.evaluation.generation import generate_greedy
+from del_core.evaluation.heldout import answer_accuracy
+from del_core.evaluation.teacher_forced import summarise, teacher_forced_sums
+from del_core.parallel import ParallelDims, gather_vocab_shards, sum_named
+from del_core.spans import IGNORE_INDEX
+from del_core.training.objective import CausalLMObjective
+from del_core.training.records import EvalRecord
+from del_core.vocab import DigitVocab
+
+
+@dataclass
+class HeldOutResult:
+    """An evaluation's record and its greedy answers (empty when none were generated)."""
+
+    record: EvalRecord
+    answers: list[str]
+
+
+@dataclass
+class HeldOutEvaluator:
+    rows: Sequence[dict]
+    examples: Sequence[Example]
+    vocab: Optional[DigitVocab]
+    tokenizer: Any
+    pad_id: int
+    micro_batch_size: int
+    generate: int  # rows answered greedily (0: none; skipped under tensor parallelism)
+    max_new_tokens: int
+    dims: ParallelDims
+    device: torch.device
+    synced_generation: bool  # ZeRO-3 with several ranks: every rank runs every generate forward
+
+    def _shard(self) -> list[Example]:
+        """This data-parallel rank's examples, padded with blank ones to the same count on every rank."""
+        shard = list(self.examples[self.dims.dp_rank :: self.dims.dp])
+        per_rank = math.ceil(len(self.examples) / self.dims.dp)
+        blank = Example(list(self.examples[0].input_ids), [IGNORE_INDEX] * len(self.examples[0].targets))
+        return shard + [blank] * (per_rank - len(shard))
+
+    @torch.no_grad()
+    def _teacher_forced(self, objective: CausalLMObjective) -> dict[str, float]:
+        shard = self._shard()
+        totals: dict[str, torch.Tensor] = {}
+        for start in range(0, len(shard), self.micro_batch_size):
+            batch = collate(shard[start : start + self.micro_batch_size], self.pad_id).with_spans(self.vocab)
+            batch = batch.to(self.device)
+            logits = objective.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+            if objective.vocab_slice is not None:
+                logits = gather_vocab_shards(logits, objective.vocab_slice.vocab_size, objective.tp_group)
+            for name, value in teacher_forced_sums(logits, batch.targets, self.vocab, batch.spans).items():
+                totals[name] = totals.get(name, 0) + value
+        return sum_named(totals, self.device, self.dims.dp_group)
+
+    def _answers(self, objective: CausalLMObjective) -> list[str]:
+        rows = self.rows[: self.generate]
+        prompts = [format_prompt(row["instruction"], row.get("input", "")) for row in rows]
+        return generate_greedy(objective.lm, self.tokenizer, prompts, self.max_new_tokens, self.device,
+                               batch_size=max(len(prompts), 1), synced_gpus=self.synced_generation)
+
+    def evaluate(self, objective: CausalLMObjective, step: int, label: str) -> Optional[HeldOutResult]:
+        """The held-out record at ``step`` (``label`` before/after); None without held-out rows."""
+        if not self.examples:
+            return None
+        was_training = objective.training
+        objective.eval()
+        try:
+            metrics = summarise(self._teacher_forced(objective))
+            answers = self._answers(objective) if self.generate and self.dims.tp == 1 else []
+        finally:
+            objective.train(was_training)
+        answer_acc = answer_accuracy(self.rows[: len(answers)], answers) if answers else None
+        record = EvalRecord(step=step, label=label, answer_acc=answer_acc, **dataclasses.asdict(metrics))
+        return HeldOutResult(record, answers)

@@ -1,0 +1,359 @@
+"""The training recipe as a class: its typed attributes are the architecture of a run.
+
+    trainer = Trainer(load_train_config("recipes/configs/tiny.yaml"))
+    trainer.setup()          # process group, tokenizer + vocabulary, data, model + loss, engine, resume + logging
+    final = trainer.train()  # train_step() per optimizer step, maybe_checkpoint() after each, then finish()
+    trainer.cleanup()
+
+Per optimizer step each data-parallel rank runs its accumulation micro-batches; every micro-batch
+loss is divided by the token and digit counts of the whole global batch (summed over micro-batches
+and data-parallel ranks first), so the update does not depend on how the global batch is split.
+The batches of step s are a function of (seed, s) alone (:class:`StepPlan`), so a resumed run
+replays exactly the batches of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import torch
+
+from del_core import DigitVocab, MultiDigitVocabularyError, build_loss
+from del_core.config import ConfigError, config_to_dict, config_to_yaml
+from del_core.data.splits import TrainingData, prepare_training_data
+from del_core.data.tokenized import TokenBatch, collate
+from del_core.models import attention_implementation, drop_tied_copies, load_model, resolve_model, save_hf
+from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, max_over_world, sum_named
+from del_core.tokenizers import CACHE_ROOT, load_tokenizer
+from del_core.training import checkpoints, engine as ds
+from del_core.training.checkpoints import RunIdentity
+from del_core.training.config import TrainConfig
+from del_core.training.deepspeed_config import accumulation_steps, build_ds_config
+from del_core.training.heldout import HeldOutEvaluator, HeldOutResult
+from del_core.training.objective import CausalLMObjective
+from del_core.training.records import FinalRecord, TrainRecord
+from del_core.training.reporting import Reporter, SilentReporter
+from del_core.training.run_status import StopRequest, write_status
+from del_core.training.schedule import StepPlan
+from del_core.training.step_metrics import StepSums, train_record
+from del_core.training.summary import print_summary
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where and in what precision the run computes, decided once from the config and the machine."""
+
+    on_gpu: bool
+    device: torch.device
+    dtype: torch.dtype  # bf16 on GPU (precision auto), fp32 on CPU
+    use_ds_optimizer: bool  # DeepSpeed's AdamW (GPU default) or torch AdamW (CPU default)
+
+    @classmethod
+    def detect(cls, config: TrainConfig) -> "Runtime":
+        on_gpu = torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
+        bf16 = config.model.precision == "bf16" or (config.model.precision == "auto" and on_gpu)
+        use_ds = config.optimizer.name == "deepspeed" or (config.optimizer.name == "auto" and on_gpu)
+        return cls(on_gpu, device, torch.bfloat16 if bf16 else torch.float32, use_ds)
+
+    @property
+    def bf16(self) -> bool:
+        return self.dtype == torch.bfloat16
+
+    def peak_memory_gb(self) -> float:
+        if self.on_gpu:
+            return torch.cuda.max_memory_allocated() / 1e9
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+class Trainer:
+    """Fine-tunes a causal LM with a del_core loss under DeepSpeed (see the module docstring)."""
+
+    config: TrainConfig
+    output_dir: Path
+    runtime: Runtime
+    dims: ParallelDims
+    ds_config: dict
+    tokenizer: Any
+    pad_id: int
+    vocab: Optional[DigitVocab]
+    data: TrainingData
+    plan: StepPlan
+    total_steps: int
+    objective: CausalLMObjective
+    engine: Any
+    scheduler: Any
+    identity: RunIdentity
+    reporter: Union[Reporter, SilentReporter]
+    heldout: HeldOutEvaluator
+    stop: StopRequest
+    step: int
+    before: Optional[HeldOutResult]
+    after: Optional[HeldOutResult]
+    last: Optional[TrainRecord]
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.output_dir = Path(config.run.output_dir)
+        self.reporter = SilentReporter()
+        self.before = self.after = self.last = None
+        self.step = 0
+        self._model_source = ""
+        self._tokenizer_source = ""
+        self._partitioning = None  # transformers' HfDeepSpeedConfig, alive while the model is built
+
+    # --- setup ---------------------------------------------------------------------------------
+    def setup(self) -> None:
+        self._setup_distributed()
+        self._setup_tokenizer()
+        self._setup_data()
+        self._setup_model_and_loss()
+        self._setup_engine()
+        self._setup_resume_and_logging()
+
+    def log(self, text: str) -> None:
+        """A console line from rank 0 (through the progress bar once it exists)."""
+        if self.dims.is_main:
+            self.reporter.write(text) if isinstance(self.reporter, Reporter) else print(text, flush=True)
+
+    def _setup_distributed(self) -> None:
+        ds.init_distributed(torch.cuda.is_available())
+        self.runtime = Runtime.detect(self.config)  # after init: each rank's CUDA device is set
+        self.dims = ParallelDims.from_world(self.config.parallel.tp)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.ds_config = build_ds_config(self.config, self.dims.dp, self.runtime.bf16, self.runtime.use_ds_optimizer)
+        zero = self.ds_config["zero_optimization"]
+        self.log(f"[run] {self.dims.world} rank(s) on {'GPU' if self.runtime.on_gpu else 'CPU'} = tensor parallel "
+                 f"{self.dims.tp} x data parallel {self.dims.dp}, ZeRO-{zero.get('stage')}"
+                 f"{' + offload' if 'offload_optimizer' in zero else ''}, {'bf16' if self.runtime.bf16 else 'fp32'}; "
+                 f"global batch {self.config.run.global_batch_size} = micro {self.config.run.micro_batch_size} x "
+                 f"accumulation {accumulation_steps(self.config, self.dims.dp)} x {self.dims.dp} data-parallel rank(s)")
+
+    def _setup_tokenizer(self) -> None:
+        model = self.config.model
+        cache = Path(model.cache_dir) if model.cache_dir else CACHE_ROOT
+        with local_main_first(self.dims.local_rank):
+            self._model_source = resolve_model(model.name, cache)
+            self._tokenizer_source = resolve_model(model.tokenizer, cache) if model.tokenizer else self._model_source
+            self.tokenizer = load_tokenizer(self._tokenizer_source, cache / "tokenizers")
+        if self.tokenizer.eos_token_id is None:
+            raise ConfigError(f"tokenizer {self._tokenizer_source} has no EOS token")
+        pad = self.tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
+        try:
+            self.vocab = DigitVocab.from_tokenizer(self.tokenizer, name=str(self._tokenizer_source))
+            self.log(f"[vocab] digits '0'..'9' = {list(self.vocab.digit_ids)}, '.' = {self.vocab.point_id}")
+        except MultiDigitVocabularyError as err:
+            if self.config.loss.name not in ("mle", "mixce", "emo"):
+                raise ConfigError(f"loss {self.config.loss.name} needs single-digit tokens: {err}") from None
+            self.vocab = None
+            self.log(f"[vocab] no single-digit vocabulary ({err}); loss {self.config.loss.name} runs without digit metrics")
+
+    def _setup_data(self) -> None:
+        data, run = self.config.data, self.config.run
+        self.data = prepare_training_data(data.source, data.split, data.eval_source, data.eval_size, data.max_length,
+                                          data.packing, run.seed, self.tokenizer, self.log)
+        try:
+            self.plan = StepPlan(len(self.data.items), run.global_batch_size, run.micro_batch_size, self.dims.dp, run.seed)
+        except ValueError as err:
+            raise ConfigError(f"data {data.source}: {err}") from None
+        self.total_steps = self.plan.total_steps(run.epochs, run.max_steps)
+        self.log(f"[plan] {len(self.data.items)} sequences, {self.plan.steps_per_epoch} steps per epoch, "
+                 f"{self.total_steps} steps")
+
+    def _setup_model_and_loss(self) -> None:
+        model_cfg, loss_cfg = self.config.model, self.config.loss
+        torch.manual_seed(self.config.run.seed)
+        self._partitioning = ds.partitioning_context(self.ds_config, self.dims.tp)
+        attn = attention_implementation(model_cfg.attn_implementation, self.runtime.on_gpu)
+        model = load_model(self._model_source, self.runtime.dtype, attn, model_cfg.gradient_checkpointing)
+        self.log(f"[model] {self._model_source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
+                 f"{'on' if model_cfg.gradient_checkpointing else 'off'}")
+        if self.dims.tp > 1:
+            check_head_counts(model.config, self.dims.tp)
+        self._loss_options = dict(loss_cfg.options)
+        if loss_cfg.name == "emo":  # EMO's frozen cost embedding: a copy of the LM head at the start
+            weight = model.get_output_embeddings().weight
+            with ds.gathered([weight], enabled=self._zero3):
+                self._loss_options["cost_embedding"] = weight.detach().to(self.runtime.device, torch.float32).clone()
+        loss_fn = build_loss(loss_cfg.name, self.vocab, weight=loss_cfg.weight, **self._loss_options)
+        self.objective = CausalLMObjective(model, loss_fn, loss_cfg.path, loss_cfg.chunk_size)
+        if self._zero3 and loss_cfg.path == "chunked" and self.dims.tp == 1:
+            ds.register_lm_head_weight(self.objective)
+
+    @property
+    def _zero3(self) -> bool:
+        return self.ds_config["zero_optimization"].get("stage") == 3
+
+    def _setup_engine(self) -> None:
+        self.engine, self.scheduler = ds.initialize(self.objective, self.config, self.ds_config, self.total_steps,
+                                                    self.runtime.use_ds_optimizer)
+        if self.dims.tp > 1:
+            self._attach_tensor_parallel()
+
+    def _attach_tensor_parallel(self) -> None:
+        """After AutoTP sharded the model: point the loss at the vocab-parallel head's columns."""
+        self.dims = ds.tensor_parallel_dims(self.dims)
+        vocab_slice = ds.vocab_slice_of_head(self.objective, self.dims)
+        self.objective.use_vocab_parallel_head(vocab_slice, self.dims.tp_group)
+        if self.config.loss.name == "emo":
+            # Keep this rank's rows of the cost embedding only and release the full copy (the
+            # statistics layer would slice a full one per call, holding all V rows).
+            options = dict(self._loss_options)
+            options["cost_embedding"] = options["cost_embedding"][vocab_slice.start : vocab_slice.end].clone()
+            self._loss_options = options
+            self.objective.set_loss_fn(build_loss("emo", self.vocab, weight=self.config.loss.weight, **options))
+        self.log(f"[tp] LM head columns [{vocab_slice.start}, {vocab_slice.end}) of {vocab_slice.vocab_size} on rank "
+                 f"{self.dims.rank}; the loss all-reduces digit-restricted partial sums over the tensor-parallel group")
+
+    def _setup_resume_and_logging(self) -> None:
+        cfg = self.config
+        self.identity = RunIdentity(cfg.parallel.tp, len(self.data.items), cfg.run.global_batch_size, cfg.run.seed,
+                                    cfg.data.source, cfg.data.packing, cfg.data.max_length, self.total_steps, cfg.loss.name)
+        self.step = checkpoints.resume(self.engine, cfg.run.resume, self.output_dir, self.identity, self.dims, self.log)
+        if self.dims.is_main:
+            write_status(self.output_dir, "running", self.step)
+            self.reporter = Reporter(self.output_dir, cfg.run.report_to, self.total_steps, self.step,
+                                     self.output_dir.name, config_to_dict(cfg), cfg.run.wandb_project)
+        if cfg.data.eval_generate and self.dims.tp > 1:
+            self.log("[eval] data.eval_generate is skipped with tp > 1 (generate needs full-vocabulary logits); "
+                     "evaluate the exported model with recipes/evaluate.py")
+        self.heldout = HeldOutEvaluator(
+            self.data.eval_rows, self.data.eval_examples, self.vocab, self.tokenizer, self.pad_id,
+            cfg.run.micro_batch_size, cfg.data.eval_generate, cfg.data.max_new_tokens, self.dims, self.runtime.device,
+            synced_generation=self._zero3 and self.dims.world > 1,
+        )
+        self.stop = StopRequest()
+
+    # --- training ------------------------------------------------------------------------------
+    def _evaluate(self, label: str) -> Optional[HeldOutResult]:
+        result = self.heldout.evaluate(self.objective, self.step, label)
+        if result is not None:
+            self.reporter.log(result.record)
+        return result
+
+    def train(self) -> Optional[FinalRecord]:
+        """Train to ``total_steps``; the final record, or None when a signal stopped the run."""
+        if self.step == 0:
+            self.before = self._evaluate("before")
+        started = time.time()
+        while self.step < self.total_steps:
+            self._maybe_fail()
+            self.last = self.train_step()
+            if self.maybe_checkpoint():
+                return None
+        return self.finish(time.time() - started)
+
+    def _maybe_fail(self) -> None:
+        """The testing aid ``run.fail_at_step``: die like a crashed node, with no clean-up."""
+        if self.config.run.fail_at_step and self.step + 1 == self.config.run.fail_at_step:
+            self.log(f"[fail_at_step] exiting abruptly at the start of step {self.step + 1}")
+            os._exit(17)
+
+    def _micro_batches(self) -> list[TokenBatch]:
+        """This rank's micro-batches of the next step, with their number spans, still on the CPU."""
+        items = self.data.items
+        return [collate([items[i] for i in micro], self.pad_id).with_spans(self.vocab)
+                for micro in self.plan.micro_batches(self.step, self.dims.dp_rank)]
+
+    def train_step(self) -> TrainRecord:
+        """One optimizer step over the global batch; its record is logged and returned."""
+        started = time.time()
+        batches = self._micro_batches()
+        # The global normalisers, counted on the CPU copies (no device sync) and summed over data
+        # parallel only: the ranks of a tensor-parallel group hold the same batch.
+        local = {"tokens": sum(b.num_targets() for b in batches), "digits": sum(b.num_digits() for b in batches)}
+        counts = sum_named(local, self.runtime.device, self.dims.dp_group)
+        num_tokens = torch.tensor(counts["tokens"], device=self.runtime.device)
+        num_digits = torch.tensor(counts["digits"], device=self.runtime.device)
+        lr = self.scheduler.get_last_lr()[0] if self.scheduler is not None else self.config.optimizer.lr
+        sums = StepSums(self.runtime.device)
+        for cpu_batch in batches:
+            batch = cpu_batch.to(self.runtime.device)
+            out = self.engine(
+                input_ids=batch.input_ids, targets=batch.targets,
+                attention_mask=None if self.config.data.packing else batch.attention_mask,
+                position_ids=batch.position_ids, num_tokens=num_tokens, num_digits=num_digits, spans=batch.spans,
+            )
+            # Each micro-batch loss is already divided by the global counts: the gradient wanted is
+            # the plain sum over micro-batches and data-parallel ranks, which DeepSpeed averages over.
+            self.engine.backward(out["loss"] * self.dims.dp, scale_wrt_gas=False)
+            self.engine.step()
+            sums.add(out, cpu_batch.num_attended())
+        self.step += 1
+        reduced = sums.reduce(self.dims.dp_group)
+        record = train_record(self.step, reduced, counts["tokens"], counts["digits"], lr, ds.grad_norm(self.engine),
+                              time.time() - started, max_over_world(self.runtime.peak_memory_gb(), self.runtime.device))
+        if not torch.isfinite(torch.tensor(record.loss)):
+            raise FloatingPointError(f"step {self.step}: the loss is {record.loss}; stopping before the weights are saved")
+        log_every = self.config.run.log_every
+        self.reporter.log(record, console=self.step % log_every == 0 or self.step == self.total_steps)
+        self.reporter.advance(record)
+        return record
+
+    def maybe_checkpoint(self) -> bool:
+        """Checkpoint every ``run.save_every`` steps, and when a stop signal arrived (then mark the
+        run stopped and return True: the caller returns without finishing)."""
+        run = self.config.run
+        stop_now = max_over_world(float(self.stop.requested), self.runtime.device) > 0 and self.step < self.total_steps
+        if (run.save_every and self.step % run.save_every == 0) or stop_now:
+            self.save_checkpoint()
+        if stop_now:
+            self.log(f"[stop] signal received: checkpoint of step {self.step} written; resume with run.resume=auto")
+            if self.dims.is_main:
+                write_status(self.output_dir, "stopped", self.step)
+            barrier()
+        return stop_now
+
+    def save_checkpoint(self) -> Path:
+        return checkpoints.save(self.engine, self.output_dir, self.step, self.identity, self.dims,
+                                self.config.run.save_total_limit, self.log)
+
+    # --- the end -------------------------------------------------------------------------------
+    def finish(self, train_time_s: float) -> FinalRecord:
+        """The last checkpoint, the held-out evaluation, the export and the final record."""
+        run = self.config.run
+        if run.save_every and self.step % run.save_every:
+            self.save_checkpoint()
+        self.after = self._evaluate("after")
+        if run.export:
+            self.export()
+        final = FinalRecord(self.step, train_time_s, self.last, self.before and self.before.record,
+                            self.after and self.after.record)
+        self.reporter.log(final, console=False)
+        if self.dims.is_main:
+            print_summary(self.before, self.after, self.data.eval_rows, self.log)
+            write_status(self.output_dir, "finished", self.step)
+        return final
+
+    def export(self) -> None:
+        """Gather the full weights once and write OUTPUT_DIR/final in Hugging Face format."""
+        started = time.time()
+        state = ds.full_state_dict(self.engine, self.objective, self._zero3 or self.dims.tp > 1, self.dims.is_main)
+        if self.dims.is_main:
+            prefix = "lm."
+            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            drop_tied_copies(self.objective.lm, state)
+            target = self.output_dir / "final"
+            save_hf(self.objective.lm, state, self.tokenizer, target, {"del_recipe.yaml": config_to_yaml(self.config)})
+            self.log(f"[export] Hugging Face model written to {target} in {time.time() - started:.1f} s")
+        barrier()
+
+    def cleanup(self) -> None:
+        """Close the reporters' files (the process group is torn down by the entry point)."""
+        self.reporter.close()
+
+
+def run(config: TrainConfig) -> Optional[FinalRecord]:
+    """Set up, train and clean up; the final record (None when a signal stopped the run)."""
+    trainer = Trainer(config)
+    try:
+        trainer.setup()
+        return trainer.train()
+    finally:
+        trainer.cleanup()

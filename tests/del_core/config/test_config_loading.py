@@ -1,0 +1,125 @@
+"""The one configuration mechanism (del_core.config) on the training schema: recipes, bases,
+overrides, the deprecated flat keys, and errors that name the key and where it came from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from del_core.config import ConfigError, config_to_dict, split_command_line
+from del_core.training.config import TRAIN_ALIASES, load_train_config
+from helpers.shared import REPO
+
+CONFIGS = REPO / "recipes" / "configs"
+
+
+def test_split_command_line_accepts_every_form():
+    recipe, overrides = split_command_line(
+        ["r.yaml", "loss=mle", "--run.max-steps", "3", "--packing=true", "--report-only", "x.y=1", "--local_rank=0"]
+    )
+    assert recipe == "r.yaml"
+    assert overrides == ["loss=mle", "run.max_steps=3", "packing=true", "report_only=true", "x.y=1"]
+    assert split_command_line(["loss=mle"]) == (None, ["loss=mle"])
+    with pytest.raises(ConfigError, match="unexpected argument 'stray'"):
+        split_command_line(["r.yaml", "stray"])
+
+
+def test_recipe_then_dotted_overrides(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("loss: {name: del, weight: 0.256}\noptimizer: {lr: 1.0e-5}\nrun: {global_batch_size: 16}\n")
+    config = load_train_config(recipe, ["optimizer.lr=3e-6", "loss=ntl_was", "run.report_to=jsonl,wandb",
+                                        "loss.options={eta: 0.3}", "model.tokenizer="])
+    assert (config.loss.name, config.loss.weight, config.optimizer.lr) == ("ntl_was", 0.256, 3e-6)
+    assert config.run.global_batch_size == 16 and config.run.report_to == ["jsonl", "wandb"]
+    assert config.loss.options == {"eta": 0.3} and config.model.tokenizer is None
+
+
+def test_flat_keys_still_work_with_a_deprecation_warning(tmp_path):
+    warnings: list[str] = []
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text("loss: del\nloss_weight: 0.5\nlr: 2.0e-5\nmax_steps: 3\n")
+    from del_core.config import load_config
+    from del_core.training.config import TrainConfig
+
+    config = load_config(TrainConfig, recipe, ["eval_size=4"], aliases=TRAIN_ALIASES, warn=warnings.append)
+    assert (config.loss.weight, config.optimizer.lr, config.run.max_steps, config.data.eval_size) == (0.5, 2e-5, 3, 4)
+    assert len(warnings) == 4 and all("deprecated" in w for w in warnings)
+    assert any("'loss_weight'" in w and "'loss.weight'" in w and str(recipe) in w for w in warnings)
+    assert any("command line" in w and "'data.eval_size'" in w for w in warnings)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["optimizer.lerning_rate=1"], r"unknown key 'optimizer.lerning_rate' \(did you mean optimizer.min_lr_ratio"),
+        (["optimizer.lr=fast"], "optimizer.lr: Value 'fast'"),
+        (["run.max_steps=1.5"], "run.max_steps"),
+        (["data.packing=yes please"], "data.packing"),
+        (["parallel.zero_stage=1"], "parallel.zero_stage must be one of 2, 3"),
+        (["run.global_batch_size=10", "run.micro_batch_size=4"], "not a multiple of run.micro_batch_size"),
+        (["parallel.offload=true", "parallel.zero_stage=2"], "offload needs parallel.zero_stage=3"),
+        (["run.resume=/nonexistent/ckpt"], "run.resume: /nonexistent/ckpt"),
+        (["lr"], "expected key=value"),
+        (["loss=foo"], "loss.name must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, got 'foo'"),
+        (["model=/nonexistent/dir"], "model.name /nonexistent/dir: no such file or directory"),
+        (["data=./missing.jsonl"], "data.source ./missing.jsonl: no such file or directory"),
+        (["data=synthetic:0"], "expected synthetic:N with N > 0"),
+        (["run=3"], "run is a section"),
+    ],
+)
+def test_bad_values_are_named(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_train_config(None, overrides)
+
+
+def test_bad_recipe_file_is_named(tmp_path):
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("loss: del\nrun: {epochs: [1\n")
+    with pytest.raises(ConfigError, match=f"{recipe}: not valid YAML"):
+        load_train_config(recipe)
+    recipe.write_text("optimizer: {warmup: 0.1}\n")
+    with pytest.raises(ConfigError, match=f"{recipe}: unknown key 'optimizer.warmup'.*optimizer.warmup_ratio"):
+        load_train_config(recipe)
+
+
+def test_base_recipes_are_merged_first_and_loops_are_refused(tmp_path):
+    (tmp_path / "base.yaml").write_text("loss: {name: del, weight: 0.1}\nrun: {seed: 7}\n")
+    (tmp_path / "child.yaml").write_text("base: base.yaml\nloss: {weight: 0.2}\n")
+    config = load_train_config(tmp_path / "child.yaml")
+    assert (config.loss.name, config.loss.weight, config.run.seed) == ("del", 0.2, 7)
+    (tmp_path / "a.yaml").write_text("base: b.yaml\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ConfigError, match="chain loops back"):
+        load_train_config(tmp_path / "a.yaml")
+
+
+RELEASED = {  # recipe: (lambda, lr) of the released runs (DEL_SPEC.md)
+    "qwen2.5-1.5b": (0.128, 5e-6),
+    "qwen2.5-7b": (0.128, 5e-6),
+    "deepseek-math-7b-instruct": (0.256, 5e-6),
+    "codellama-7b": (0.01, 2e-5),
+    "mistral-7b": (0.01, 5e-6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED))
+def test_released_recipes(name):
+    config = load_train_config(CONFIGS / f"{name}.yaml")
+    assert (config.loss.name, config.loss.weight, config.optimizer.lr) == ("del", *RELEASED[name])
+    assert config.data.source == "TIGER-Lab/MathInstruct" and config.run.epochs == 2 and config.data.max_length == 1500
+    assert config.run.global_batch_size == 128 and config.optimizer.warmup_ratio == 0.03
+    assert config.parallel.zero_stage == 3
+    baseline = load_train_config(CONFIGS / f"{name}.yaml", ["loss=mle", "loss.weight="])
+    assert (baseline.loss.name, baseline.loss.weight) == ("mle", None)
+
+
+def test_every_training_recipe_loads_and_round_trips():
+    # study-*.yaml configure recipes/study.py; _*.yaml are bases
+    names = sorted(p.stem for p in CONFIGS.glob("*.yaml") if not p.stem.startswith(("study-", "_")))
+    assert set(RELEASED) | {"tiny"} <= set(names)
+    for name in names:
+        config = load_train_config(CONFIGS / f"{name}.yaml")
+        flat = [f"{section}.{key}={value}" for section, values in config_to_dict(config).items()
+                for key, value in values.items() if not isinstance(value, (dict, list)) and value is not None]
+        assert load_train_config(None, flat) == config
