@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install train demo test bench
+.PHONY: install train demo lint test bench
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ train: install
 
 demo: install
 	$(BIN)/python recipes/loss_demo.py
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 test: install
 	$(BIN)/python -m pytest -q tests

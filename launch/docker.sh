@@ -5,7 +5,7 @@
 #   IMAGE=del-train:latest DATA_DIR=/data RUNS_DIR=/scratch/runs launch/docker.sh RECIPE.yaml
 #   DRY_RUN=1 launch/docker.sh RECIPE.yaml        # print the docker command only
 #
-# Mounts: RUNS_DIR (default ./runs) at /runs - output_dir is set to /runs/<recipe name> unless given;
+# Mounts: RUNS_DIR (default ./runs) at /runs - run.output_dir is set to /runs/<recipe name> unless given;
 # DATA_DIR (default ./data, if it exists) at /data, read-only - use data=/data/... in overrides;
 # HF_CACHE (default ~/.cache/huggingface) at /cache/huggingface - hub models and datasets;
 # DEL_CACHE (default ~/.cache/del_core) at /cache/del_core. GPUs: GPUS (default all).
@@ -40,7 +40,7 @@ case "$RECIPE" in
         ;;
 esac
 
-ARGS=("output_dir=/runs/$NAME")
+ARGS=("run.output_dir=/runs/$NAME")
 for arg in "$@"; do ARGS+=("$arg"); done
 
 CMD=(docker run --rm --init

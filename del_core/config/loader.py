@@ -18,7 +18,7 @@ import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -157,12 +157,12 @@ def _as_list_if_needed(current: DictConfig, dotted: str, value: Any) -> Any:
     return value
 
 
-def _layer(values: dict, current: DictConfig, schema: type, aliases: KeyAliases, where: str,
+def _layer(values: Iterable[tuple[str, Any]], current: DictConfig, schema: type, aliases: KeyAliases, where: str,
            warn: Callable[[str], None]) -> DictConfig:
     """One recipe or the overrides as a config to merge, keys moved to their dotted place."""
     layer = OmegaConf.create({})
     known = set(_known_keys_of(schema)) | set(_section_types(schema))
-    for key, value in values.items():
+    for key, value in values:
         if key in _section_types(schema) and isinstance(value, _RawText):
             value = _typed_value(schema, key, value, where)  # a section given as a YAML mapping
         dotted = _place(key, value, schema, aliases, where, warn)
@@ -201,8 +201,9 @@ def load_config(
     config = OmegaConf.structured(schema)
     if recipe is not None:
         for values, where in _recipe_layers(Path(recipe)):
-            config = _merge(config, _layer(values, config, schema, aliases, where, warn), where)
-    parsed = dict(_parse_override(item) for item in overrides)
+            config = _merge(config, _layer(values.items(), config, schema, aliases, where, warn), where)
+    # In the order given: a later override wins, whichever spelling (old flat or dotted) it uses.
+    parsed = [_parse_override(item) for item in overrides]
     config = _merge(config, _layer(parsed, config, schema, aliases, "command line", warn), "command line")
     try:
         return OmegaConf.to_object(config)

@@ -81,14 +81,14 @@ def test_slurm_dry_run_prints_every_node_command(tmp_path, nodes, nodelist):
             "--master_addr": "gpu01" if nodes > 1 else "gpu07", "--master_port": str(20000 + 4242),
         }
         assert argv[13:] == [str(REPO / "recipes" / "train.py"), "recipes/configs/qwen2.5-7b.yaml", "loss=mle",
-                             "resume=auto", "output_dir=runs/del-test"]
+                             "run.resume=auto", "run.output_dir=runs/del-test"]
 
 
 def test_slurm_dry_run_user_keys_win_and_bad_nodelist_is_named(tmp_path):
     env = _slurm_env(tmp_path, 2, "gpu[01-02]", DRY_RUN="1")
     proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml", "resume=no"],
                           env=env, capture_output=True, text=True, check=True)
-    assert proc.stdout.splitlines()[0].endswith("resume=auto output_dir=runs/del-test resume=no ")
+    assert proc.stdout.splitlines()[0].endswith("run.resume=auto run.output_dir=runs/del-test resume=no ")
     env = _slurm_env(tmp_path, 3, "gpu[01-02]", DRY_RUN="1")
     proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml"], env=env,
                           capture_output=True, text=True)
@@ -101,10 +101,11 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def _overrides(tiny_model: Path, tmp_path: Path, **extra) -> list[str]:
-    values = dict(model=tiny_model, data="synthetic:16", eval_size=0, max_length=96, global_batch_size=4,
-                  micro_batch_size=1, max_steps=2, lr=1e-3, report_to="jsonl", gradient_checkpointing="false",
-                  export="false", zero_stage=3, cache_dir=tmp_path / "cache")
-    values.update(extra)
+    values = {"model": tiny_model, "data": "synthetic:16", "data.eval_size": 0, "data.max_length": 96,
+              "run.global_batch_size": 4, "run.micro_batch_size": 1, "run.max_steps": 2, "optimizer.lr": 1e-3,
+              "run.report_to": "jsonl", "model.gradient_checkpointing": "false", "run.export": "false",
+              "parallel.zero_stage": 3, "model.cache_dir": tmp_path / "cache"}
+    values.update({f"run.{k}" if k in ("output_dir", "max_steps") else k: v for k, v in extra.items()})
     return [f"{k}={v}" for k, v in values.items()]
 
 
@@ -145,7 +146,7 @@ def test_docker_launcher_dry_run(tmp_path):
     (tmp_path / "data").mkdir()
     env = {**os.environ, "DRY_RUN": "1", "IMAGE": "del-train:test", "RUNS_DIR": "/scratch/runs",
            "DATA_DIR": str(tmp_path / "data"), "HF_CACHE": "/hf", "DEL_CACHE": "/dc", "NPROC": "4"}
-    proc = subprocess.run(["bash", str(REPO / "launch" / "docker.sh"), str(recipe), "lr=1e-5"], env=env,
+    proc = subprocess.run(["bash", str(REPO / "launch" / "docker.sh"), str(recipe), "optimizer.lr=1e-5"], env=env,
                           capture_output=True, text=True, check=True)
     argv = shlex.split(proc.stdout)
     assert argv[:3] == ["docker", "run", "--rm"] and "--ipc=host" in argv
@@ -153,7 +154,7 @@ def test_docker_launcher_dry_run(tmp_path):
     mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
     assert mounts == ["/scratch/runs:/runs", "/hf:/cache/huggingface", "/dc:/cache/del_core",
                       f"{tmp_path / 'data'}:/data:ro", f"{tmp_path}:/recipe:ro"]
-    assert argv[-4:] == ["del-train:test", "/recipe/mine.yaml", "output_dir=/runs/mine", "lr=1e-5"]
+    assert argv[-4:] == ["del-train:test", "/recipe/mine.yaml", "run.output_dir=/runs/mine", "optimizer.lr=1e-5"]
     assert argv[argv.index("-e") + 1] == "NPROC"
 
 

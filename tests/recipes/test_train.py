@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from helpers.shared import real_tokenizer
+from del_core.training.records import read_metrics
 from helpers.training import make_tiny_qwen2, records, run_train, train_losses
 
 RTOL = 1e-5  # fp32 round-off between different reduction orders
@@ -24,18 +25,19 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(tiny_model, tmp_path_factory) -> dict:
-    return dict(
-        model=str(tiny_model), data="synthetic:40", eval_size=0, max_length=128, global_batch_size=8,
-        micro_batch_size=2, max_steps=3, lr=1e-3, warmup_ratio=0.0, report_to="jsonl", gradient_checkpointing="false",
-        seed=3, loss="del", export="false", cache_dir=str(tmp_path_factory.mktemp("cache")),
-    )
+    return {
+        "model": str(tiny_model), "data": "synthetic:40", "data.eval_size": 0, "data.max_length": 128,
+        "run.global_batch_size": 8, "run.micro_batch_size": 2, "run.max_steps": 3, "optimizer.lr": 1e-3,
+        "optimizer.warmup_ratio": 0.0, "run.report_to": "jsonl", "model.gradient_checkpointing": "false",
+        "run.seed": 3, "loss": "del", "run.export": "false", "model.cache_dir": str(tmp_path_factory.mktemp("cache")),
+    }
 
 
 @pytest.fixture(scope="module")
 def reference(base, tmp_path_factory) -> dict[int, float]:
     """2 ranks, ZeRO-2, loss from full logits: the run the variants are compared with."""
     out = tmp_path_factory.mktemp("ref")
-    run_train(2, {**base, "zero_stage": 2, "output_dir": out})
+    run_train(2, {**base, "parallel.zero_stage": 2, "run.output_dir": out})
     return train_losses(out)
 
 
@@ -49,8 +51,8 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
     """ZeRO-3, gradient checkpointing on: same losses as ZeRO-2; the exported HF model reloads and
     gives the held-out CE that training measured with the engine's final weights."""
     out = tmp_path / "run"
-    overrides = {**base, "zero_stage": 3, "gradient_checkpointing": "true", "export": "true", "eval_size": 6,
-                 "output_dir": out}
+    overrides = {**base, "parallel.zero_stage": 3, "model.gradient_checkpointing": "true", "run.export": "true",
+                 "data.eval_size": 6, "run.output_dir": out}
     proc = run_train(2, overrides)
     _close(train_losses(out), reference)
 
@@ -61,41 +63,44 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
         assert r["aux"] > 0 and 0 <= r["digit_acc"] <= 1 and r["digit_entropy"] > 0
         assert r["grad_norm"] > 0 and r["tokens_per_s"] > 0 and r["peak_mem_gb"] > 0
         assert r["lr"] == pytest.approx(1e-3 * 0.5 * (1 + math.cos(math.pi * (r["step"] - 1) / 3)))
-    final = records(out, "final")[0]
-    assert final["step"] == 3 and "before_ce" in final and "after_ce" in final
+    (final,) = read_metrics(out, "final")
+    assert final.step == 3 and final.before.label == "before" and final.after.label == "after"
+    assert final.last.step == 3 and final.last.loss == rows[-1]["loss"]
     assert "Held-out" in proc.stdout
 
     from transformers import AutoModelForCausalLM
 
+    from del_core.data import collate
+    from del_core.data.splits import prepare_training_data
+    from del_core.evaluation.teacher_forced import summarise, teacher_forced_sums
     from del_core.tokenizers import load_tokenizer
-    from recipes.config import load_config
-    from recipes.data import collate
-    from recipes.heldout import summarise, teacher_forced_sums
-    from recipes.train import prepare_data
+    from del_core.training import load_train_config
 
     assert (out / "final" / "model.safetensors").is_file()
     model = AutoModelForCausalLM.from_pretrained(str(out / "final"), dtype=torch.float32).eval()
     tokenizer = load_tokenizer(out / "final")
-    config = load_config(None, [f"{k}={v}" for k, v in overrides.items()])
-    _, _, examples = prepare_data(config, tokenizer, lambda *_: None)
+    config = load_train_config(None, [f"{k}={v}" for k, v in overrides.items()])
+    data = config.data
+    examples = prepare_training_data(data.source, data.split, data.eval_source, data.eval_size, data.max_length,
+                                     data.packing, config.run.seed, tokenizer, lambda *_: None).eval_examples
     batch = collate(examples, tokenizer.eos_token_id)
     with torch.no_grad():
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    ce = summarise(teacher_forced_sums(logits, batch["targets"], None))["ce"]
-    assert ce == pytest.approx(final["after_ce"], rel=1e-5)
-    assert final["after_ce"] != pytest.approx(final["before_ce"], rel=1e-3)  # training changed the model
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    sums = {k: float(v) for k, v in teacher_forced_sums(logits, batch.targets, None).items()}
+    assert summarise(sums).ce == pytest.approx(final.after.ce, rel=1e-5)
+    assert final.after.ce != pytest.approx(final.before.ce, rel=1e-3)  # training changed the model
 
 
 def test_zero3_chunked_loss_matches(base, reference, tmp_path):
     """The chunked loss (hidden states + gathered LM-head weight, never full logits) under ZeRO-3."""
     out = tmp_path / "run"
-    run_train(2, {**base, "zero_stage": 3, "loss_path": "chunked", "chunk_size": 37, "output_dir": out})
+    run_train(2, {**base, "parallel.zero_stage": 3, "loss.path": "chunked", "loss.chunk_size": 37, "run.output_dir": out})
     _close(train_losses(out), reference)
 
 
 def test_zero3_offload_matches(base, reference, tmp_path):
     out = tmp_path / "run"
-    proc = run_train(2, {**base, "offload": "true", "output_dir": out})
+    proc = run_train(2, {**base, "parallel.offload": "true", "run.output_dir": out})
     assert "offload" in proc.stdout
     _close(train_losses(out), reference)
 
@@ -106,9 +111,9 @@ def test_accumulation_and_data_parallel_split_do_not_matter(base, tmp_path):
     from safetensors.torch import load_file
 
     one, two = tmp_path / "one", tmp_path / "two"
-    common = {**base, "zero_stage": 3, "max_steps": 2, "export": "true"}
-    run_train(1, {**common, "output_dir": one})
-    run_train(2, {**common, "output_dir": two})
+    common = {**base, "parallel.zero_stage": 3, "run.max_steps": 2, "run.export": "true"}
+    run_train(1, {**common, "run.output_dir": one})
+    run_train(2, {**common, "run.output_dir": two})
     _close(train_losses(one), train_losses(two))
     a, b = load_file(one / "final" / "model.safetensors"), load_file(two / "final" / "model.safetensors")
     assert a.keys() == b.keys()
@@ -124,14 +129,14 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(base, tmp_path):
     """6 steps straight vs 3 steps + checkpoint, an abrupt exit in step 4, resume=auto (with a
     half-written checkpoint directory lying around): steps 4-6 have identical losses."""
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
-    common = {**base, "zero_stage": 3, "max_steps": 6, "data": "synthetic:24", "warmup_ratio": 0.2}
-    run_train(2, {**common, "output_dir": straight})
-    run_train(2, {**common, "output_dir": crashed, "save_every": 3, "fail_at_step": 4}, expect_rc=1)
+    common = {**base, "parallel.zero_stage": 3, "run.max_steps": 6, "data": "synthetic:24", "optimizer.warmup_ratio": 0.2}
+    run_train(2, {**common, "run.output_dir": straight})
+    run_train(2, {**common, "run.output_dir": crashed, "run.save_every": 3, "run.fail_at_step": 4}, expect_rc=1)
     assert sorted(train_losses(crashed)) == [1, 2, 3]
     torn = crashed / "checkpoints" / "step_000005"
     torn.mkdir()
     (torn / "mp_rank_00_model_states.pt").write_bytes(b"half")
-    proc = run_train(2, {**common, "output_dir": crashed, "save_every": 3, "resume": "auto"})
+    proc = run_train(2, {**common, "run.output_dir": crashed, "run.save_every": 3, "run.resume": "auto"})
     assert "ignoring" in proc.stdout and "step_000005" in proc.stdout
     assert "continuing from" in proc.stdout and "step 3" in proc.stdout
     expected, resumed = train_losses(straight), train_losses(crashed)
@@ -141,13 +146,22 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(base, tmp_path):
     assert not torn.exists()  # pruned once the step-6 checkpoint was complete
 
 
-def test_bad_recipe_key_is_named(tmp_path):
-    proc = run_train(1, {"lerning_rate": 1}, expect_rc=2)
-    assert "unknown key 'lerning_rate'" in proc.stderr
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"optimizer.lerning_rate": 1}, "unknown key 'optimizer.lerning_rate'"),
+        ({"loss": "foo"}, "loss.name must be one of"),
+        ({"model": "/nonexistent/dir"}, "model.name /nonexistent/dir: no such file or directory"),
+    ],
+)
+def test_bad_configuration_is_one_line_before_any_loading(overrides, message):
+    proc = run_train(1, overrides, expect_rc=2, timeout=60)
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and message in proc.stderr
+    assert "Traceback" not in proc.stderr and "[run]" not in proc.stdout  # nothing heavy started
 
 
 def test_bad_data_row_is_named(base, tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text('{"instruction": "1+1?", "output": "2"}\n{"instruction": "2+2?"}\n')
-    proc = run_train(1, {**base, "data": data, "output_dir": tmp_path / "run"}, expect_rc=2)
+    proc = run_train(1, {**base, "data": data, "run.output_dir": tmp_path / "run"}, expect_rc=2)
     assert f"{data}: row 2: field 'output' is missing" in proc.stderr

@@ -28,15 +28,17 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(tiny_model, tmp_path_factory) -> dict:
-    return dict(
-        model=str(tiny_model), data="synthetic:40", eval_size=0, max_length=128, global_batch_size=8,
-        micro_batch_size=2, max_steps=3, lr=1e-3, warmup_ratio=0.0, report_to="jsonl", gradient_checkpointing="false",
-        seed=3, loss="del", export="true", zero_stage=3, cache_dir=str(tmp_path_factory.mktemp("cache")),
+    return {
+        "model": str(tiny_model), "data": "synthetic:40", "data.eval_size": 0, "data.max_length": 128,
+        "run.global_batch_size": 8, "run.micro_batch_size": 2, "run.max_steps": 3, "optimizer.lr": 1e-3,
+        "optimizer.warmup_ratio": 0.0, "run.report_to": "jsonl", "model.gradient_checkpointing": "false",
+        "run.seed": 3, "loss": "del", "run.export": "true", "parallel.zero_stage": 3,
+        "model.cache_dir": str(tmp_path_factory.mktemp("cache")),
         # A large epsilon makes Adam's update proportional to the gradient: with the default 1e-8,
         # entries whose gradient is ~0 get a +-lr step whose sign is fp32 round-off (sums taken in
         # a different order under TP), and the update would hide any error in the gradient's scale.
-        adam_eps=1e-3,
-    )
+        "optimizer.eps": 1e-3,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +49,7 @@ def runs(base, tmp_path_factory) -> dict:
     def get(name: str, nproc: int, **overrides) -> Path:
         if name not in done:
             out = tmp_path_factory.mktemp(name)
-            done[name] = (run_train(nproc, {**base, **overrides, "output_dir": out}, timeout=600), out)
+            done[name] = (run_train(nproc, {**base, **overrides, "run.output_dir": out}, timeout=600), out)
         return done[name][1]
 
     get.procs = lambda name: done[name][0]
@@ -77,12 +79,12 @@ def _assert_same_run(out: Path, reference: Path) -> None:
     [
         ("tp2_dp2_zero3", 2, {}),
         ("tp4_dp1_zero3", 4, {}),
-        ("tp2_dp2_zero2_chunked", 2, {"zero_stage": 2, "loss_path": "chunked", "chunk_size": 29}),
+        ("tp2_dp2_zero2_chunked", 2, {"parallel.zero_stage": 2, "loss.path": "chunked", "loss.chunk_size": 29}),
     ],
 )
 def test_tensor_parallel_equals_single_process(runs, name, tp, extra):
     reference = runs("tp1", 1)
-    out = runs(name, 4, tp=tp, **extra)
+    out = runs(name, 4, **{"parallel.tp": tp}, **extra)
     log = runs.procs(name).stdout
     assert f"tensor parallel {tp} x data parallel {4 // tp}" in log
     assert f"LM head columns [0, {151936 // tp})" in log  # rank 0 holds the first vocab shard only
@@ -92,12 +94,12 @@ def test_tensor_parallel_equals_single_process(runs, name, tp, extra):
 def test_resume_from_a_tensor_parallel_checkpoint(runs, base, tmp_path):
     """TP 2 x DP 2: 2 steps, checkpoint, abrupt exit in step 3, resume=auto: step 3 repeats the
     uninterrupted TP 2 run exactly."""
-    straight = runs("tp2_dp2_zero3", 4, tp=2)
+    straight = runs("tp2_dp2_zero3", 4, **{"parallel.tp": 2})
     out = tmp_path / "crashed"
-    common = {**base, "tp": 2, "output_dir": out, "save_every": 2}
-    run_train(4, {**common, "fail_at_step": 3}, expect_rc=1, timeout=600)
+    common = {**base, "parallel.tp": 2, "run.output_dir": out, "run.save_every": 2}
+    run_train(4, {**common, "run.fail_at_step": 3}, expect_rc=1, timeout=600)
     assert sorted(train_losses(out)) == [1, 2]
-    proc = run_train(4, {**common, "resume": "auto"}, timeout=600)
+    proc = run_train(4, {**common, "run.resume": "auto"}, timeout=600)
     assert "continuing from" in proc.stdout and "(step 2)" in proc.stdout
     resumed, expected = train_losses(out), train_losses(straight)
     assert resumed[3] == expected[3], (resumed[3], expected[3])
@@ -105,8 +107,8 @@ def test_resume_from_a_tensor_parallel_checkpoint(runs, base, tmp_path):
 
 
 def test_tp_must_divide_the_world_and_the_heads(base, tmp_path):
-    proc = run_train(2, {**base, "tp": 4, "output_dir": tmp_path / "run"}, expect_rc=1)  # torchrun: 1
-    assert "tp=4 does not divide the world of 2 processes" in proc.stderr
+    proc = run_train(2, {**base, "parallel.tp": 4, "run.output_dir": tmp_path / "run"}, expect_rc=1)  # torchrun: 1
+    assert "parallel.tp=4 does not divide the world of 2 processes" in proc.stderr
     narrow = make_tiny_qwen2(tmp_path / "narrow", real_tokenizer("qwen2"), kv_heads=1)
-    proc = run_train(2, {**base, "model": narrow, "tp": 2, "output_dir": tmp_path / "run2"}, expect_rc=1)
-    assert "tp=2 must divide the model's 1 key-value heads" in proc.stderr
+    proc = run_train(2, {**base, "model": narrow, "parallel.tp": 2, "run.output_dir": tmp_path / "run2"}, expect_rc=1)
+    assert "parallel.tp=2 must divide the model's 1 key-value heads" in proc.stderr

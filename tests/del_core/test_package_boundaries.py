@@ -1,0 +1,89 @@
+"""The package's dependency rules, checked on the code itself: the losses, the parallel layer and
+the data pipeline import without DeepSpeed; torch.distributed is used only in del_core.parallel;
+DeepSpeed only in del_core.training; entry scripts stay short and functions small."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.shared import REPO
+
+PACKAGE = REPO / "del_core"
+BLOCK_DEEPSPEED = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "deepspeed" or name.startswith("deepspeed."):
+            raise ImportError("deepspeed is absent in this test")
+sys.meta_path.insert(0, Block())
+"""
+
+
+@pytest.mark.parametrize("module", ["del_core", "del_core.losses", "del_core.parallel", "del_core.data",
+                                    "del_core.config", "del_core.models", "del_core.training"])
+def test_imports_without_deepspeed(module):
+    code = BLOCK_DEEPSPEED + f"import {module}\nassert 'deepspeed' not in sys.modules\nprint('ok')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_the_blocker_really_blocks():
+    code = BLOCK_DEEPSPEED + "import deepspeed"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0 and "deepspeed is absent" in proc.stderr
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def _modules_importing(prefix: str) -> list[str]:
+    return sorted(str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
+                  if any(name == prefix or name.startswith(prefix + ".") for name in _imports(p)))
+
+
+def test_torch_distributed_only_in_the_parallel_layer():
+    assert all(path.startswith("del_core/parallel/") for path in _modules_importing("torch.distributed")), \
+        _modules_importing("torch.distributed")
+
+
+def test_deepspeed_only_in_the_training_engine():
+    assert _modules_importing("deepspeed") == ["del_core/training/engine.py"]
+    assert not any("recipes" in name for p in PACKAGE.rglob("*.py") for name in _imports(p))
+
+
+MAX_FUNCTION_LINES = 80
+ENTRY_SCRIPT_LINES = 60
+
+
+def _functions(path: Path):
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.lineno, node.end_lineno - node.lineno + 1
+
+
+def test_no_function_is_over_80_lines():
+    long = [f"{p.relative_to(REPO)}:{line} {name} ({n} lines)"
+            for root in (PACKAGE, REPO / "recipes") for p in root.rglob("*.py")
+            for name, line, n in _functions(p) if n > MAX_FUNCTION_LINES]
+    assert not long, long
+
+
+def test_entry_scripts_are_short_and_never_patch_sys_path():
+    scripts = sorted((REPO / "recipes").glob("*.py"))
+    assert {p.name for p in scripts} == {"train.py", "evaluate.py", "study.py", "loss_demo.py"}
+    for script in scripts:
+        text = script.read_text()
+        assert len(text.splitlines()) < ENTRY_SCRIPT_LINES, script
+        assert "sys.path" not in text, script
