@@ -55,12 +55,12 @@ class Reporter:
         from tqdm import tqdm
 
         self.output_dir = Path(output_dir)
+        self.started = time.time()
+        self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
+                        file=sys.stderr, disable=None)
         self.jsonl = JsonlAppender(self.output_dir / "metrics.jsonl") if "jsonl" in report_to else None
         self.tensorboard = self._tensorboard() if "tensorboard" in report_to else None
         self.wandb = self._wandb(wandb_project, run_name, config) if "wandb" in report_to else None
-        self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
-                        file=sys.stderr, disable=None)
-        self.started = time.time()
 
     def _tensorboard(self):
         try:
@@ -97,9 +97,6 @@ class Reporter:
             self.bar.set_postfix(loss=f"{record.loss:.4f}", refresh=False)
 
     def write(self, text: str) -> None:
-        if getattr(self, "bar", None) is None:
-            print(text, flush=True)
-            return
         self.bar.write(text, file=sys.stdout)
         sys.stdout.flush()
 

@@ -118,8 +118,12 @@ class Trainer:
 
     def log(self, text: str) -> None:
         """A console line from rank 0 (through the progress bar once it exists)."""
-        if self.dims.is_main:
-            self.reporter.write(text) if isinstance(self.reporter, Reporter) else print(text, flush=True)
+        if not self.dims.is_main:
+            return
+        if isinstance(self.reporter, Reporter):
+            self.reporter.write(text)
+        else:
+            print(text, flush=True)
 
     def _setup_distributed(self) -> None:
         ds.init_distributed(torch.cuda.is_available())
