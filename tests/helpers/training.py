@@ -31,6 +31,17 @@ def make_tiny_qwen2(directory: Path, tokenizer, kv_heads: int = 2, hidden: int =
     return directory
 
 
+def tiny_run(model: Path, cache_dir: Path, **extra) -> dict:
+    """The overrides of a 3-step DEL run of ``model`` on 40 synthetic problems (global batch 8 =
+    micro 2 x ...), lr 1e-3 without warm-up, no held-out set, no export; ``extra`` on top."""
+    return {
+        "model": str(model), "data": "synthetic:40", "data.eval_size": 0, "data.max_length": 128,
+        "run.global_batch_size": 8, "run.micro_batch_size": 2, "run.max_steps": 3, "optimizer.lr": 1e-3,
+        "optimizer.warmup_ratio": 0.0, "run.report_to": "jsonl", "model.gradient_checkpointing": "false",
+        "run.seed": 3, "loss": "del", "run.export": "false", "model.cache_dir": str(cache_dir), **extra,
+    }
+
+
 def run_train(nproc: int, overrides: dict, timeout: int = 300, expect_rc: int = 0, recipe=None) -> subprocess.CompletedProcess:
     """``recipes/train.py [recipe] key=value ...``; one plain process when nproc == 1, else torchrun."""
     args = ([str(recipe)] if recipe else []) + [f"{k}={v}" for k, v in overrides.items() if k != "recipe"]

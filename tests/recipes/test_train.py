@@ -13,7 +13,7 @@ import torch
 
 from helpers.shared import real_tokenizer
 from del_core.training.records import read_metrics
-from helpers.training import make_tiny_qwen2, records, run_train, train_losses
+from helpers.training import make_tiny_qwen2, records, run_train, tiny_run, train_losses
 
 RTOL = 1e-5  # fp32 round-off between different reduction orders
 
@@ -25,12 +25,7 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(tiny_model, tmp_path_factory) -> dict:
-    return {
-        "model": str(tiny_model), "data": "synthetic:40", "data.eval_size": 0, "data.max_length": 128,
-        "run.global_batch_size": 8, "run.micro_batch_size": 2, "run.max_steps": 3, "optimizer.lr": 1e-3,
-        "optimizer.warmup_ratio": 0.0, "run.report_to": "jsonl", "model.gradient_checkpointing": "false",
-        "run.seed": 3, "loss": "del", "run.export": "false", "model.cache_dir": str(tmp_path_factory.mktemp("cache")),
-    }
+    return tiny_run(tiny_model, tmp_path_factory.mktemp("cache"))
 
 
 @pytest.fixture(scope="module")

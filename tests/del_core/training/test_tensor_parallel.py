@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from helpers.shared import real_tokenizer
-from helpers.training import make_tiny_qwen2, run_train, train_losses
+from helpers.training import make_tiny_qwen2, run_train, tiny_run, train_losses
 
 RTOL = 1e-5
 
@@ -28,17 +28,13 @@ def tiny_model(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def base(tiny_model, tmp_path_factory) -> dict:
-    return {
-        "model": str(tiny_model), "data": "synthetic:40", "data.eval_size": 0, "data.max_length": 128,
-        "run.global_batch_size": 8, "run.micro_batch_size": 2, "run.max_steps": 3, "optimizer.lr": 1e-3,
-        "optimizer.warmup_ratio": 0.0, "run.report_to": "jsonl", "model.gradient_checkpointing": "false",
-        "run.seed": 3, "loss": "del", "run.export": "true", "parallel.zero_stage": 3,
-        "model.cache_dir": str(tmp_path_factory.mktemp("cache")),
+    return tiny_run(
+        tiny_model, tmp_path_factory.mktemp("cache"), **{"run.export": "true", "parallel.zero_stage": 3},
         # A large epsilon makes Adam's update proportional to the gradient: with the default 1e-8,
         # entries whose gradient is ~0 get a +-lr step whose sign is fp32 round-off (sums taken in
         # a different order under TP), and the update would hide any error in the gradient's scale.
-        "optimizer.eps": 1e-3,
-    }
+        **{"optimizer.eps": 1e-3},
+    )
 
 
 @pytest.fixture(scope="module")
