@@ -19,8 +19,8 @@ import ast
 import re
 from typing import Optional, Sequence, Union
 
-from recipes.evaluation.benchmarks import LETTERS, last_boxed
-from recipes.evaluation.numbers import find_numbers, numbers_match
+from del_core.evaluation.benchmarks import LETTERS, last_boxed
+from del_core.evaluation.numbers import find_numbers, numbers_match
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.S)
 _ANSWER_IS = re.compile(r"(?:answer\s+is|answer\s*:)\s*:?\s*", re.I)

@@ -3,15 +3,16 @@
 ``make_generator(model, backend="auto")`` picks vLLM when it imports and a CUDA GPU is present, HF
 otherwise. Both decode greedily, stop at EOS or ``max_new_tokens``, and cut each output at the first
 ``STOP`` marker (the start of a next Alpaca section), so their outputs are comparable.
-``resolve_model(path)`` accepts an HF directory, a training output directory (its ``final/``), a
-``.gguf`` file or ``smollm2`` (converted once, as in training), or a hub name.
+Models are found by the project's one resolver (:mod:`del_core.models.sources`): an HF directory, a
+training output directory (its ``final/``), a ``.gguf`` file or ``smollm2``, or a hub name.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 STOP = ("\n### Instruction", "\n### Input", "\n### Response", "\n\n\n\n")
 
@@ -22,25 +23,65 @@ def cut_at_stop(text: str) -> str:
 
 
 def resolve_model(source: str, cache_dir: Optional[Path] = None) -> str:
-    """An HF model directory or hub name for ``source`` (see the module docstring)."""
-    path = Path(source)
-    if path.is_dir():
-        if (path / "config.json").is_file():
-            return str(path)
-        if (path / "final" / "config.json").is_file():
-            return str(path / "final")
-        raise SystemExit(f"{path} is neither a Hugging Face model directory (config.json) nor a training "
-                         f"output directory with final/config.json")
-    if source == "smollm2" or path.suffix == ".gguf":
-        from recipes.modeling import convert_gguf, resolve_source
+    """The HF directory or hub name of ``source`` (:func:`del_core.models.resolve_model`, the
+    project's one resolver), as a one-line error for the command line."""
+    from del_core.models.sources import ModelSourceError
+    from del_core.models.sources import resolve_model as resolve
 
-        from del_core.tokenizers import DEFAULT_CACHE
+    try:
+        return resolve(source, cache_dir)
+    except ModelSourceError as err:
+        raise SystemExit(str(err)) from None
 
-        cache = cache_dir or DEFAULT_CACHE.parent
-        return str(convert_gguf(Path(resolve_source(source)), cache))
-    if path.exists() or source.startswith((".", "/")):
-        raise SystemExit(f"model not found or not a model: {source}")
-    return source  # a hub name
+
+@contextlib.contextmanager
+def _left_padding(tokenizer: Any) -> Iterator[None]:
+    """Left padding for batched generation (a pad token = EOS when the tokenizer has none)."""
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    try:
+        yield
+    finally:
+        tokenizer.padding_side = side
+
+
+def generate_greedy(lm: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int, device: Any,
+                    batch_size: int = 8, synced_gpus: bool = False, desc: str = "generate") -> list[str]:
+    """Greedy completions of ``prompts`` (the project's one generation path), cut at :data:`STOP`.
+
+    Batches of ``batch_size`` prompts of similar length, left-padded; stops at EOS or
+    ``max_new_tokens``. The model is put in eval mode and its mode restored. ``synced_gpus`` must be
+    True on every rank under ZeRO-3 with several ranks (each rank then runs every forward).
+    """
+    import torch
+    from tqdm import tqdm
+
+    order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
+    outputs: list[str] = [""] * len(prompts)
+    was_training = lm.training
+    lm.eval()
+    try:
+        with _left_padding(tokenizer), torch.no_grad(), tqdm(
+            total=len(prompts), desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True, disable=None
+        ) as bar:
+            for start in range(0, len(order), batch_size):
+                batch = order[start : start + batch_size]
+                encoded = tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
+                                    add_special_tokens=False).to(device)
+                generated = lm.generate(
+                    **encoded, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, synced_gpus=synced_gpus,
+                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                    temperature=None, top_p=None, top_k=None, use_cache=True,
+                )
+                texts = tokenizer.batch_decode(generated[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+                for i, text in zip(batch, texts):
+                    outputs[i] = cut_at_stop(text)
+                bar.update(len(batch))
+    finally:
+        lm.train(was_training)
+    return outputs
 
 
 def gpu_available() -> bool:
@@ -75,27 +116,8 @@ class HFGenerator:
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
 
     def generate(self, prompts: Sequence[str], desc: str = "generate") -> list[str]:
-        import torch
-        from tqdm import tqdm
-
-        order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))  # similar lengths per batch
-        outputs: list[Optional[str]] = [None] * len(prompts)
-        with tqdm(total=len(prompts), desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True, disable=None) as bar:
-            for start in range(0, len(order), self.batch_size):
-                batch = order[start : start + self.batch_size]
-                encoded = self.tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
-                                         add_special_tokens=False).to(self.device)
-                with torch.no_grad():
-                    generated = self.model.generate(
-                        **encoded, max_new_tokens=self.max_new_tokens, do_sample=False, num_beams=1,
-                        pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.tokenizer.eos_token_id,
-                        temperature=None, top_p=None, top_k=None,
-                    )
-                texts = self.tokenizer.batch_decode(generated[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-                for i, text in zip(batch, texts):
-                    outputs[i] = cut_at_stop(text)
-                bar.update(len(batch))
-        return outputs  # type: ignore[return-value]
+        return generate_greedy(self.model, self.tokenizer, prompts, self.max_new_tokens, self.device,
+                               batch_size=self.batch_size, desc=desc)
 
 
 class VLLMGenerator:

@@ -19,7 +19,7 @@ import threading
 from contextlib import contextmanager
 from typing import Optional
 
-from recipes.evaluation.numbers import numbers_match, parse_number
+from del_core.evaluation.numbers import numbers_match, parse_number
 
 SYMPY_SECONDS = 3.0
 _FUNCTIONS = {"sqrt", "pi", "oo", "log", "sin", "cos", "tan", "exp", "I"}

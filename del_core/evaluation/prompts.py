@@ -8,8 +8,8 @@ in chain of thought with their options ("Answer Choices: (A) .. (B) .."), alread
 """
 from __future__ import annotations
 
-from recipes.evaluation.benchmarks import Record
-from recipes.prompting import format_prompt
+from del_core.evaluation.benchmarks import Record
+from del_core.data.prompting import format_prompt
 
 PROGRAM_SUFFIX = " Let's write a program."
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import sys
 from typing import Iterable, Optional, Sequence
 
-from recipes.evaluation.benchmarks import Record
-from recipes.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
-from recipes.evaluation.prompts import chain_of_thought_prompt, program_prompt
-from recipes.evaluation.sandbox import SandboxLimits, run_programs
-from recipes.evaluation.scoring import is_correct
+from del_core.evaluation.benchmarks import Record
+from del_core.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
+from del_core.evaluation.prompts import chain_of_thought_prompt, program_prompt
+from del_core.evaluation.sandbox import SandboxLimits, run_programs
+from del_core.evaluation.scoring import is_correct
 
 STDOUT_KEPT = 2000  # characters of a program's stdout kept in a row (its tail)
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Iterable, Optional
 
-from recipes.evaluation.benchmarks import BENCHMARKS, Record
-from recipes.evaluation.math_equivalence import math_equivalent, normalize
-from recipes.evaluation.numbers import log_abs_error, numbers_match, parse_number, place_hits
+from del_core.evaluation.benchmarks import BENCHMARKS, Record
+from del_core.evaluation.math_equivalence import math_equivalent, normalize
+from del_core.evaluation.numbers import log_abs_error, numbers_match, parse_number, place_hits
 
 
 def is_correct(answer, record: Record) -> bool:

@@ -1,108 +1,93 @@
-"""Held-out measurements taken before and after training: teacher-forced digit metrics and,
-optionally, greedy answers.
+"""Teacher-forced held-out metrics: how the model scores the reference answers, token by token.
 
-Teacher-forced (per data-parallel shard, summed over ranks by the caller):
-  ce            token-mean cross-entropy of the responses
-  digit_acc     share of digit positions whose argmax over the ten digits is the target digit
-  digit_entropy mean entropy (nats) of the ten-digit distribution at digit positions
-  number_acc    share of numbers (maximal digit/point spans) with every digit argmax-right
-Generation: ``answer_acc``, the share of problems whose last number in the greedy answer equals the
-last number of the reference output (numerically).
+Per batch, :func:`teacher_forced_sums` returns named sums (divide only after summing over batches
+and ranks, :func:`summarise`):
+  ce_sum        cross-entropy (nats) summed over target tokens       tokens   target tokens
+  digit_hits    digit targets whose argmax over the ten digits is right
+  entropy_sum   entropy (nats) of the ten-digit distribution, summed over digit targets
+  digits        digit targets
+  right_numbers numbers (maximal digit/point spans) with every digit argmax-right
+  numbers       numbers
 """
+
 from __future__ import annotations
 
-import re
-from decimal import Decimal, InvalidOperation
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass
+from typing import Mapping, Optional
 
 import torch
 
-from del_core import DigitVocab, number_spans
-from recipes.prompting import format_prompt
+from del_core.spans import IGNORE_INDEX, NumberSpans, number_spans
+from del_core.vocab import DigitVocab
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
-
-
-def last_number(text: str) -> Optional[Decimal]:
-    """The last number written in ``text`` (thousands commas dropped), or None."""
-    found = _NUMBER.findall(text)
-    if not found:
-        return None
-    try:
-        return Decimal(found[-1].replace(",", ""))
-    except InvalidOperation:
-        return None
+TEACHER_FORCED_SUMS = ("ce_sum", "tokens", "digit_hits", "entropy_sum", "digits", "right_numbers", "numbers")
 
 
-@torch.no_grad()
-def teacher_forced_sums(logits: torch.Tensor, targets: torch.Tensor, vocab: Optional[DigitVocab]) -> torch.Tensor:
-    """Sums [8] (float64) over one batch: CE sum, tokens, digit hits, entropy sum, digits,
-    right numbers, numbers, 0 (padding). Divide after summing over batches and ranks."""
-    logits = logits.float()
-    valid = targets != -100
-    ce = torch.nn.functional.cross_entropy(logits[valid], targets[valid], reduction="sum")
-    sums = torch.zeros(8, dtype=torch.float64, device=logits.device)
-    sums[0], sums[1] = ce.double(), valid.sum()
-    if vocab is None:
-        return sums
-    spans = number_spans(targets, vocab)
-    digit_logits = logits[..., vocab.digit_tensor().to(logits.device)]
+@dataclass
+class TeacherForcedMetrics:
+    """Means over a whole held-out set (0 where a denominator is 0)."""
+
+    ce: float  # nats per target token
+    digit_acc: float
+    digit_entropy: float  # nats
+    number_acc: float
+    tokens: float
+    digits: float
+    numbers: float
+
+
+def _number_sums(digit_logits: torch.Tensor, spans: NumberSpans) -> dict[str, torch.Tensor]:
     log_q = digit_logits.log_softmax(-1)
     entropy = -(log_q.exp() * log_q).sum(-1)
     right = digit_logits.argmax(-1) == spans.digit_value
     wrong_digit = spans.is_digit & ~right
     span_id = spans.span_start.reshape(-1).long().cumsum(0) - 1  # spans never cross sequences
     in_span = (spans.is_digit | spans.is_point).reshape(-1)
-    n_spans = int(spans.span_start.sum())
-    wrong_span = torch.zeros(max(n_spans, 1), dtype=torch.long, device=logits.device)
-    wrong_span.index_add_(0, span_id[in_span], wrong_digit.reshape(-1)[in_span].long())
-    sums[2] = (right & spans.is_digit).sum()
-    sums[3] = entropy[spans.is_digit].double().sum()
-    sums[4] = spans.is_digit.sum()
-    sums[5] = (wrong_span[:n_spans] == 0).sum()
-    sums[6] = n_spans
-    return sums
-
-
-def summarise(sums: torch.Tensor) -> dict[str, float]:
-    s = sums.tolist()
+    n_spans = spans.span_start.sum()
+    # One slot per position bounds the number of spans without reading n_spans on the host.
+    wrong_span = torch.zeros(in_span.numel() + 1, dtype=torch.long, device=digit_logits.device)
+    wrong_span.index_add_(0, span_id[in_span].clamp_min(0), wrong_digit.reshape(-1)[in_span].long())
+    first_free = torch.arange(wrong_span.numel(), device=digit_logits.device) < n_spans
     return {
-        "ce": s[0] / max(s[1], 1),
-        "digit_acc": s[2] / max(s[4], 1),
-        "digit_entropy": s[3] / max(s[4], 1),
-        "number_acc": s[5] / max(s[6], 1),
-        "tokens": s[1],
-        "digits": s[4],
-        "numbers": s[6],
+        "digit_hits": (right & spans.is_digit).sum().double(),
+        "entropy_sum": entropy[spans.is_digit].double().sum(),
+        "digits": spans.is_digit.sum().double(),
+        "right_numbers": ((wrong_span == 0) & first_free).sum().double(),
+        "numbers": n_spans.double(),
     }
 
 
 @torch.no_grad()
-def greedy_answers(lm: Any, tokenizer: Any, rows: Sequence[dict], max_new_tokens: int, device, synced: bool) -> list[str]:
-    """Greedy completions of the rows' prompts (one left-padded batch). ``synced`` must be True on
-    every rank under ZeRO-3 with several ranks (all ranks then run the same number of forwards)."""
-    prompts = [format_prompt(row["instruction"], row.get("input", "")) for row in rows]
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        encoded = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
-    finally:
-        tokenizer.padding_side = side
-    was_training = lm.training
-    lm.eval()
-    out = lm.generate(
-        **encoded, max_new_tokens=max_new_tokens, do_sample=False, synced_gpus=synced,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, use_cache=True,
+def teacher_forced_sums(logits: torch.Tensor, targets: torch.Tensor, vocab: Optional[DigitVocab],
+                        spans: Optional[NumberSpans] = None) -> dict[str, torch.Tensor]:
+    """Named float64 scalar sums (:data:`TEACHER_FORCED_SUMS`) over one batch, on the logits' device.
+
+    ``logits`` [B, T, V], ``targets`` [B, T] aligned (-100 ignored); ``spans`` the targets' number
+    spans when the caller has them (computed here otherwise). Without a vocabulary the digit and
+    number sums are 0.
+    """
+    logits = logits.float()
+    valid = targets != IGNORE_INDEX
+    zero = torch.zeros((), dtype=torch.float64, device=logits.device)
+    sums = {name: zero for name in TEACHER_FORCED_SUMS}
+    sums["ce_sum"] = torch.nn.functional.cross_entropy(logits[valid], targets[valid], reduction="sum").double()
+    sums["tokens"] = valid.sum().double()
+    if vocab is None:
+        return sums
+    spans = spans if spans is not None else number_spans(targets, vocab)
+    digit_logits = logits[..., vocab.digit_tensor().to(logits.device)]
+    sums.update(_number_sums(digit_logits, spans))
+    return sums
+
+
+def summarise(sums: Mapping[str, float]) -> TeacherForcedMetrics:
+    """The means of summed :func:`teacher_forced_sums` (over batches and ranks)."""
+    return TeacherForcedMetrics(
+        ce=sums["ce_sum"] / max(sums["tokens"], 1),
+        digit_acc=sums["digit_hits"] / max(sums["digits"], 1),
+        digit_entropy=sums["entropy_sum"] / max(sums["digits"], 1),
+        number_acc=sums["right_numbers"] / max(sums["numbers"], 1),
+        tokens=sums["tokens"],
+        digits=sums["digits"],
+        numbers=sums["numbers"],
     )
-    lm.train(was_training)
-    return tokenizer.batch_decode(out[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
-
-
-def answer_accuracy(rows: Sequence[dict], answers: Sequence[str]) -> float:
-    hits = 0
-    for row, answer in zip(rows, answers):
-        reference, got = last_number(row["output"]), last_number(answer)
-        hits += reference is not None and got is not None and reference == got
-    return hits / max(len(rows), 1)
