@@ -6,13 +6,14 @@ import sys
 
 import pytest
 
-from conftest import REPO, real_tokenizer
-from train_helpers import make_tiny_qwen2
-from recipes import evaluate as evaluate_cli
-from recipes.evaluation.benchmarks import BENCHMARKS, load_benchmark
-from recipes.evaluation.prompts import PROGRAM_SUFFIX
-from recipes.evaluation.scoring import is_correct
-from recipes.prompting import format_prompt
+from del_core.data.prompting import format_prompt
+from del_core.evaluation.benchmarks import BENCHMARKS, load_benchmark
+from del_core.evaluation.config import load_eval_config
+from del_core.evaluation.prompts import PROGRAM_SUFFIX
+from del_core.evaluation.runner import run
+from del_core.evaluation.scoring import is_correct
+from helpers.shared import REPO, real_tokenizer
+from helpers.training import make_tiny_qwen2
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +26,10 @@ def tiny_model_dir(tmp_path_factory):
 
 def test_tiny_model_runs_every_benchmark_end_to_end(tiny_model_dir, data_dir, tmp_path, capsys):
     out_dir = tmp_path / "eval"
-    code = evaluate_cli.main([str(tiny_model_dir), "--data-dir", str(data_dir), "--limit", "5", "--backend", "hf",
-                              "--max-new-tokens", "8", "--batch-size", "8", "--threads", "2", "--workers", "2",
-                              "--output-dir", str(out_dir)])
+    config = load_eval_config([str(tiny_model_dir), "--data-dir", str(data_dir), "--limit", "5", "--backend", "hf",
+                               "--max-new-tokens", "8", "--batch-size", "8", "--threads", "2", "--workers", "2",
+                               "--output-dir", str(out_dir)])
+    code = run(config)
     assert code == 0
     rows = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]
     summary = json.loads((out_dir / "summary.json").read_text())
@@ -103,3 +105,19 @@ def test_score_only_names_the_bad_row(tmp_path, data_dir):
     assert "pred.jsonl line 2: field 'index' is 5000, but gsm8k has 1319 questions (0..1318)" in done.stderr
     done, _ = _score_only(tmp_path, [{"benchmark": "gsm8k", "output": "1"}], data_dir)
     assert done.returncode == 2 and "pred.jsonl line 1: field 'index' missing or not int" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["/nonexistent/model", "--data-dir", "."], "model /nonexistent/model: no such file or directory"),
+        (["smollm2", "--bakend", "hf"], "unknown key 'bakend' (did you mean backend"),
+        (["smollm2", "--limit", "0"], "limit must be >= 1"),
+        (["--score-only", "pred.jsonl"], "--score-only needs --output OUT.jsonl"),
+    ],
+)
+def test_bad_options_are_one_line_errors(args, message):
+    done = subprocess.run([sys.executable, str(REPO / "recipes" / "evaluate.py"), *args], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ") and message in done.stderr

@@ -5,12 +5,12 @@ import io
 
 import pytest
 
-from recipes.evaluation.benchmarks import BENCHMARKS, LETTERS, OPEN_ENDED, load_benchmark
-from recipes.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
-from recipes.evaluation.numbers import parse_number
-from recipes.evaluation.protocol import score_outputs
-from recipes.evaluation.sandbox import SandboxLimits
-from recipes.evaluation.scoring import is_correct, summarize
+from del_core.evaluation.benchmarks import BENCHMARKS, LETTERS, OPEN_ENDED, load_benchmark
+from del_core.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
+from del_core.evaluation.numbers import parse_number
+from del_core.evaluation.protocol import score_outputs
+from del_core.evaluation.sandbox import SandboxLimits
+from del_core.evaluation.scoring import is_correct, summarize
 
 ROWS = {"gsm8k": 1319, "math": 5000, "svamp": 1000, "simuleq": 514, "aqua": 254, "sat": 220, "mmlu_mathematics": 974}
 

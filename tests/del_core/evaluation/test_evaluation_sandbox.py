@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.evaluation.sandbox import SandboxLimits, run_program, run_programs
+from del_core.evaluation.sandbox import SandboxLimits, run_program, run_programs
 
 LIMITS = SandboxLimits(wall_seconds=4, cpu_seconds=2)
 
