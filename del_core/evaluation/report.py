@@ -1,17 +1,8 @@
-"""Writing per-question rows (JSONL) and the summary (JSON), and the console table."""
+"""Writing the summary (JSON) and the console table (per-question rows: del_core.data.jsonl)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
-
-
-def write_jsonl(path: Path, rows: Iterable[dict]) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def write_json(path: Path, data: dict) -> None:
