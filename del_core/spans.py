@@ -11,6 +11,7 @@ when there is none):
 Everything is computed with tensor operations (no Python loop over tokens and no host-device
 synchronisation), so it can run inside the loss on the GPU.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -105,9 +106,7 @@ def number_spans(labels: torch.Tensor, vocab: DigitVocab) -> NumberSpans:
 
     # Fractional digits as a separate integer: count the digits from j to the span's end.
     digits_before = torch.cumsum(flat_digit.to(torch.long), 0) - flat_digit.to(torch.long)
-    digits_in_span = torch.zeros(n + 1, dtype=torch.long, device=device).scatter_add(
-        0, slot, flat_digit.to(torch.long)
-    )
+    digits_in_span = torch.zeros(n + 1, dtype=torch.long, device=device).scatter_add(0, slot, flat_digit.to(torch.long))
     first_digit_count = digits_before[start_pos]
     k_frac = digits_in_span[slot] - (digits_before - first_digit_count)
     place_index = torch.where(integer_part, k_int, torch.where(fraction_part, k_frac, torch.zeros_like(k_int)))

@@ -3,6 +3,7 @@
 Converting a GGUF vocabulary into a fast tokenizer takes up to ~20 s for 150k-token vocabularies;
 :func:`load_tokenizer` converts once and keeps the result under a cache directory.
 """
+
 from __future__ import annotations
 
 import hashlib

@@ -6,10 +6,12 @@ Qwen2, DeepSeek, Llama-2/CodeLlama/Mistral SentencePiece, Phi-3). Tokenizers tha
 ("multi-digit" family: Llama-3's 1-3 digit chunks, GPT-2's irregular merges) are detected by
 encoding real numbers and refused with :class:`MultiDigitVocabularyError`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -81,7 +83,7 @@ class DigitVocab:
             )
 
     @classmethod
-    def from_tokenizer(cls, tokenizer: Any, name: str | None = None) -> "DigitVocab":
+    def from_tokenizer(cls, tokenizer: Any, name: str | None = None) -> DigitVocab:
         """Find the digit and point ids of a Hugging Face tokenizer (fast or slow).
 
         The ids come from the vocabulary (tokens whose text is exactly one ASCII digit or '.'), and
@@ -174,6 +176,4 @@ def _check_encoding(tokenizer: Any, vocab: DigitVocab, name: str) -> None:
             raise ValueError(f"tokenizer {name!r} has two bare '.' tokens: ids {vocab.point_id} and {tid}")
     missing = sorted(set(DIGIT_TEXTS) - seen_digits)
     if missing:
-        raise ValueError(
-            f"tokenizer {name!r}: encoding {PROBE_TEXT!r} did not produce the digit tokens {missing}"
-        )
+        raise ValueError(f"tokenizer {name!r}: encoding {PROBE_TEXT!r} did not produce the digit tokens {missing}")

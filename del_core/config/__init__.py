@@ -9,8 +9,8 @@ overrides (dotted for nested keys, ``loss.weight=0.1``). Errors name the key and
     config = load_config(TrainConfig, recipe, overrides, aliases=TRAIN_ALIASES)
 """
 
-from .loader import ConfigError, KeyAliases, config_to_dict, config_to_yaml, load_config, read_yaml_mapping
 from .command_line import split_command_line
+from .loader import ConfigError, KeyAliases, config_to_dict, config_to_yaml, load_config, read_yaml_mapping
 
 __all__ = [
     "ConfigError",

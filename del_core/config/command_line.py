@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 from del_core.config.loader import ConfigError
 
@@ -30,7 +31,9 @@ def split_command_line(argv: Sequence[str]) -> tuple[Optional[str], list[str]]:
         if token.startswith("--"):
             key, sep, value = token[2:].partition("=")
             if not sep:
-                has_value = index < len(args) and not args[index].startswith("--") and not _ASSIGNMENT.match(args[index])
+                has_value = (
+                    index < len(args) and not args[index].startswith("--") and not _ASSIGNMENT.match(args[index])
+                )
                 value = args[index] if has_value else "true"
                 index += has_value
             if key.replace("-", "_") == "local_rank":

@@ -16,9 +16,10 @@ import dataclasses
 import difflib
 import sys
 import typing
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence, TypeVar
+from typing import Any, Optional, TypeVar
 
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -112,7 +113,9 @@ def _typed_value(schema: type, dotted: str, value: Any, where: str) -> Any:
 
 
 def _section_types(schema: type) -> dict[str, type]:
-    hints = {f.name: f.default_factory for f in dataclasses.fields(schema) if f.default_factory is not dataclasses.MISSING}
+    hints = {
+        f.name: f.default_factory for f in dataclasses.fields(schema) if f.default_factory is not dataclasses.MISSING
+    }
     return {name: factory for name, factory in hints.items() if dataclasses.is_dataclass(factory)}
 
 
@@ -121,7 +124,9 @@ def _unknown_key_error(key: str, schema: type, where: str) -> ConfigError:
     close = difflib.get_close_matches(key, known, n=3, cutoff=0.6)
     leaf = key.split(".")[-1]
     by_leaf = {k.split(".")[-1]: k for k in known}
-    close += [by_leaf[k] for k in difflib.get_close_matches(leaf, list(by_leaf), n=3, cutoff=0.6) if by_leaf[k] not in close]
+    close += [
+        by_leaf[k] for k in difflib.get_close_matches(leaf, list(by_leaf), n=3, cutoff=0.6) if by_leaf[k] not in close
+    ]
     hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
     return ConfigError(f"{where}: unknown key {key!r}{hint}")
 
@@ -157,8 +162,14 @@ def _as_list_if_needed(current: DictConfig, dotted: str, value: Any) -> Any:
     return value
 
 
-def _layer(values: Iterable[tuple[str, Any]], current: DictConfig, schema: type, aliases: KeyAliases, where: str,
-           warn: Callable[[str], None]) -> DictConfig:
+def _layer(
+    values: Iterable[tuple[str, Any]],
+    current: DictConfig,
+    schema: type,
+    aliases: KeyAliases,
+    where: str,
+    warn: Callable[[str], None],
+) -> DictConfig:
     """One recipe or the overrides as a config to merge, keys moved to their dotted place."""
     layer = OmegaConf.create({})
     known = set(_known_keys_of(schema)) | set(_section_types(schema))

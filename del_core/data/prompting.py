@@ -3,6 +3,7 @@
 The authors' release draws one of 12 templates at random per run, unseeded; this project always
 uses this one, so training and evaluation prompts are identical.
 """
+
 from __future__ import annotations
 
 ALPACA_WITH_INPUT = (

@@ -5,6 +5,7 @@ local ``.json`` (a list of rows) / ``.jsonl`` files or a folder of them, a Huggi
 name, or ``synthetic:N`` (:mod:`del_core.data.synthetic`). Every row is validated; errors name the
 file (or dataset) and the row.
 """
+
 from __future__ import annotations
 
 import json
@@ -102,5 +103,7 @@ def read_source(spec: str, split: str = "train", seed: int = 0) -> list[dict[str
     try:
         table = datasets.load_dataset(spec, split=split)
     except Exception as err:  # network, unknown name, missing split: say which source failed
-        raise DataError(f"data {spec!r}: neither a local file nor a loadable hub dataset ({type(err).__name__}: {err})") from None
+        raise DataError(
+            f"data {spec!r}: neither a local file nor a loadable hub dataset ({type(err).__name__}: {err})"
+        ) from None
     return [_check_row(row, f"{spec} [{split}]: row {index}") for index, row in enumerate(table)]

@@ -7,8 +7,9 @@ first ``eval_size`` rows of a seeded permutation of the training rows, removed f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 from del_core.data.rows import DataError, read_source
 from del_core.data.tokenized import Example, Packed, encode_all, pack, shuffled
@@ -27,8 +28,9 @@ class TrainingData:
     eval_examples: list[Example]
 
 
-def _split_rows(source: str, split: str, eval_source: Optional[str], eval_size: int, seed: int,
-                log: Callable[[str], None]) -> tuple[list[dict], list[dict]]:
+def _split_rows(
+    source: str, split: str, eval_source: Optional[str], eval_size: int, seed: int, log: Callable[[str], None]
+) -> tuple[list[dict], list[dict]]:
     rows = read_source(source, split, seed)
     if eval_source:
         return rows, read_source(eval_source, split, seed + 1)[: eval_size or None]
@@ -38,12 +40,23 @@ def _split_rows(source: str, split: str, eval_source: Optional[str], eval_size: 
         return rows, read_source(f"synthetic:{eval_size}", seed=HELDOUT_SEED_OFFSET + seed)
     held = shuffled(list(range(len(rows))), seed)[:eval_size]
     held_set = set(held)
-    log(f"[data] held out {len(held)} training rows for evaluation (set data.eval_source or data.eval_size=0 to change)")
+    log(
+        f"[data] held out {len(held)} training rows for evaluation (set data.eval_source or data.eval_size=0 to change)"
+    )
     return [row for i, row in enumerate(rows) if i not in held_set], [rows[i] for i in held]
 
 
-def prepare_training_data(source: str, split: str, eval_source: Optional[str], eval_size: int, max_length: int,
-                          packing: bool, seed: int, tokenizer: Any, log: Callable[[str], None]) -> TrainingData:
+def prepare_training_data(
+    source: str,
+    split: str,
+    eval_source: Optional[str],
+    eval_size: int,
+    max_length: int,
+    packing: bool,
+    seed: int,
+    tokenizer: Any,
+    log: Callable[[str], None],
+) -> TrainingData:
     """Read, split, tokenise (and pack) the data of a run; :class:`DataError` when nothing is left."""
     rows, eval_rows = _split_rows(source, split, eval_source, eval_size, seed, log)
     examples, report = encode_all(rows, tokenizer, max_length)

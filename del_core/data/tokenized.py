@@ -10,12 +10,14 @@ it as is; nothing shifts later). Packing puts several examples in one sequence: 
 restart at 0 for each example and the last position of each example predicts nothing, so neither
 attention (with position-id aware attention) nor number spans cross examples.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 
@@ -107,7 +109,9 @@ def pack(examples: Sequence[Example], max_length: int) -> list[Packed]:
     for example in examples:
         n = len(example.input_ids)
         if n > max_length:
-            raise DataError(f"an example of {n} tokens exceeds max_length {max_length}; encode with the same max_length")
+            raise DataError(
+                f"an example of {n} tokens exceeds max_length {max_length}; encode with the same max_length"
+            )
         if current.lengths and len(current.input_ids) + n > max_length:
             sequences.append(current)
             current = Packed([], [], [], [])
@@ -136,15 +140,20 @@ class TokenBatch:
     position_ids: torch.Tensor
     spans: Optional[NumberSpans] = None
 
-    def with_spans(self, vocab: Optional[DigitVocab]) -> "TokenBatch":
+    def with_spans(self, vocab: Optional[DigitVocab]) -> TokenBatch:
         """This batch with its number spans (none without a digit vocabulary)."""
         spans = number_spans(self.targets, vocab) if vocab is not None else None
         return dataclasses.replace(self, spans=spans)
 
-    def to(self, device: torch.device | str) -> "TokenBatch":
+    def to(self, device: torch.device | str) -> TokenBatch:
         spans = NumberSpans(*(t.to(device) for t in self.spans)) if self.spans is not None else None
-        return TokenBatch(self.input_ids.to(device), self.targets.to(device), self.attention_mask.to(device),
-                          self.position_ids.to(device), spans)
+        return TokenBatch(
+            self.input_ids.to(device),
+            self.targets.to(device),
+            self.attention_mask.to(device),
+            self.position_ids.to(device),
+            spans,
+        )
 
     def num_targets(self) -> int:
         """Non-ignored target tokens (a host value when the batch is on the CPU)."""

@@ -11,14 +11,16 @@ Every benchmark file is read whole; ``Record.index`` is the question's position 
 
 A row that cannot be read raises :class:`BenchmarkError` naming the file, the row and the field.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Optional, Union
 
 DATA_DIR_ENV = "DEL_BENCHMARK_DIR"
 OPEN_ENDED = ("gsm8k", "math", "svamp", "simuleq")
@@ -54,8 +56,10 @@ def data_dir_from(flag: Optional[str]) -> Path:
     """The benchmark directory: ``flag``, else ``$DEL_BENCHMARK_DIR``; a clear error otherwise."""
     value = flag or os.environ.get(DATA_DIR_ENV)
     if not value:
-        raise BenchmarkError(f"no benchmark directory: pass --data-dir DIR or set {DATA_DIR_ENV} "
-                             f"(DIR holds {', '.join(sorted(set(f.split('/')[0] for f in FILES.values())))})")
+        raise BenchmarkError(
+            f"no benchmark directory: pass --data-dir DIR or set {DATA_DIR_ENV} "
+            f"(DIR holds {', '.join(sorted({f.split('/')[0] for f in FILES.values()}))})"
+        )
     path = Path(value)
     if not path.is_dir():
         raise BenchmarkError(f"benchmark directory not found: {path}")
@@ -141,8 +145,13 @@ def _gsm8k(row, index, where):
     answer = _field(row, "answer", where)
     if "####" not in answer:
         raise BenchmarkError(f"{where}: field 'answer' has no '#### <number>' line")
-    return Record("gsm8k", index, _field(row, "question", where).strip(),
-                  _gold_number(answer.split("####")[-1], where, "answer"), "number")
+    return Record(
+        "gsm8k",
+        index,
+        _field(row, "question", where).strip(),
+        _gold_number(answer.split("####")[-1], where, "answer"),
+        "number",
+    )
 
 
 def _svamp(row, index, where):
@@ -167,7 +176,9 @@ def _simuleq(row, index, where):
     if isinstance(answer, (int, float)) and not isinstance(answer, bool):
         answer = _float_text(answer)
     answer = _field({"answer": answer}, "answer", where)
-    return Record("simuleq", index, _field(row, "question", where).strip(), [_gold_number(answer, where, "answer")], "numbers")
+    return Record(
+        "simuleq", index, _field(row, "question", where).strip(), [_gold_number(answer, where, "answer")], "numbers"
+    )
 
 
 def _aqua(row, index, where):
@@ -176,7 +187,9 @@ def _aqua(row, index, where):
     for i, option in enumerate(options):
         match = re.match(r"\s*\(?([A-E])\)\s*(.*)", str(option), re.S)
         if not match or match.group(1) != LETTERS[i]:
-            raise BenchmarkError(f"{where}: option {i} of field 'options' does not start with '{LETTERS[i]})': {option!r}")
+            raise BenchmarkError(
+                f"{where}: option {i} of field 'options' does not start with '{LETTERS[i]})': {option!r}"
+            )
         choices.append(match.group(2).strip())
     gold = _field(row, "correct", where).strip()
     if gold not in LETTERS[: len(choices)]:
@@ -204,8 +217,14 @@ def _mmlu(row, index, where):
     if not 0 <= answer < len(choices):
         raise BenchmarkError(f"{where}: field 'answer' is {answer}, not an index into {len(choices)} choices")
     question = _field(row, "question", where).strip()
-    return Record("mmlu_mathematics", index, f"{question}\nAnswer Choices: {choices_text(choices)}",
-                  LETTERS[answer], "choice", tuple(choices))
+    return Record(
+        "mmlu_mathematics",
+        index,
+        f"{question}\nAnswer Choices: {choices_text(choices)}",
+        LETTERS[answer],
+        "choice",
+        tuple(choices),
+    )
 
 
 def last_boxed(text: str) -> Optional[str]:
@@ -215,7 +234,7 @@ def last_boxed(text: str) -> Optional[str]:
         return None
     rest = text[start:]
     brace = rest.find("{")
-    if brace < 0 or rest[len("\\fbox") if rest.startswith("\\fbox") else len("\\boxed"):brace].strip():
+    if brace < 0 or rest[len("\\fbox") if rest.startswith("\\fbox") else len("\\boxed") : brace].strip():
         match = re.match(r"\\(?:boxed|fbox)\s+([^\s$]+)", rest)  # "\boxed 5"
         return match.group(1) if match else None
     depth = 0
@@ -238,6 +257,11 @@ def _math(row, index, where):
 
 
 _READERS: dict[str, Callable] = {
-    "gsm8k": _gsm8k, "math": _math, "svamp": _svamp, "simuleq": _simuleq,
-    "aqua": _aqua, "sat": _sat, "mmlu_mathematics": _mmlu,
+    "gsm8k": _gsm8k,
+    "math": _math,
+    "svamp": _svamp,
+    "simuleq": _simuleq,
+    "aqua": _aqua,
+    "sat": _sat,
+    "mmlu_mathematics": _mmlu,
 }

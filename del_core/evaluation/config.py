@@ -6,8 +6,9 @@ bare argument is the model (or a YAML file of these keys).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 from del_core.config import ConfigError, load_config, split_command_line
 from del_core.models.sources import ModelSourceError, check_model_source

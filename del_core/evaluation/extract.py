@@ -13,11 +13,13 @@ before it when its braces close an earlier line's; choice: read as text);
 numbers: the numbers of the last line that has any, or every line's number when each printed line
 holds exactly one.
 """
+
 from __future__ import annotations
 
 import ast
 import re
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Optional, Union
 
 from del_core.evaluation.benchmarks import LETTERS, last_boxed
 from del_core.evaluation.numbers import find_numbers, numbers_match
@@ -49,8 +51,9 @@ def program_from_output(text: str) -> Optional[str]:
 
 
 def _print_result(tree: ast.Module) -> str:
-    has_print = any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print"
-                    for n in ast.walk(tree))
+    has_print = any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "print" for n in ast.walk(tree)
+    )
     if has_print:
         return ""
     last = tree.body[-1]

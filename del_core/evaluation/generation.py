@@ -6,13 +6,15 @@ otherwise. Both decode greedily, stop at EOS or ``max_new_tokens``, and cut each
 Models are found by the project's one resolver (:mod:`del_core.models.sources`): an HF directory, a
 training output directory (its ``final/``), a ``.gguf`` file or ``smollm2``, or a hub name.
 """
+
 from __future__ import annotations
 
 import contextlib
 import importlib.util
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Optional
 
 STOP = ("\n### Instruction", "\n### Input", "\n### Response", "\n\n\n\n")
 
@@ -47,8 +49,16 @@ def _left_padding(tokenizer: Any) -> Iterator[None]:
         tokenizer.padding_side = side
 
 
-def generate_greedy(lm: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int, device: Any,
-                    batch_size: int = 8, synced_gpus: bool = False, desc: str = "generate") -> list[str]:
+def generate_greedy(
+    lm: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    device: Any,
+    batch_size: int = 8,
+    synced_gpus: bool = False,
+    desc: str = "generate",
+) -> list[str]:
     """Greedy completions of ``prompts`` (the project's one generation path), cut at :data:`STOP`.
 
     Batches of ``batch_size`` prompts of similar length, left-padded; stops at EOS or
@@ -63,17 +73,28 @@ def generate_greedy(lm: Any, tokenizer: Any, prompts: Sequence[str], max_new_tok
     was_training = lm.training
     lm.eval()
     try:
-        with _left_padding(tokenizer), torch.no_grad(), tqdm(
-            total=len(prompts), desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True, disable=None
-        ) as bar:
+        with (
+            _left_padding(tokenizer),
+            torch.no_grad(),
+            tqdm(total=len(prompts), desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True, disable=None) as bar,
+        ):
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
-                encoded = tokenizer([prompts[i] for i in batch], return_tensors="pt", padding=True,
-                                    add_special_tokens=False).to(device)
+                encoded = tokenizer(
+                    [prompts[i] for i in batch], return_tensors="pt", padding=True, add_special_tokens=False
+                ).to(device)
                 generated = lm.generate(
-                    **encoded, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, synced_gpus=synced_gpus,
-                    pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                    temperature=None, top_p=None, top_k=None, use_cache=True,
+                    **encoded,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=False,
+                    num_beams=1,
+                    synced_gpus=synced_gpus,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                    use_cache=True,
                 )
                 texts = tokenizer.batch_decode(generated[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
                 for i, text in zip(batch, texts):
@@ -99,8 +120,14 @@ class HFGenerator:
 
     name = "hf"
 
-    def __init__(self, model_path: str, batch_size: int = 8, max_new_tokens: int = 512,
-                 dtype: str = "auto", device: Optional[str] = None):
+    def __init__(
+        self,
+        model_path: str,
+        batch_size: int = 8,
+        max_new_tokens: int = 512,
+        dtype: str = "auto",
+        device: Optional[str] = None,
+    ):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -116,8 +143,9 @@ class HFGenerator:
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
 
     def generate(self, prompts: Sequence[str], desc: str = "generate") -> list[str]:
-        return generate_greedy(self.model, self.tokenizer, prompts, self.max_new_tokens, self.device,
-                               batch_size=self.batch_size, desc=desc)
+        return generate_greedy(
+            self.model, self.tokenizer, prompts, self.max_new_tokens, self.device, batch_size=self.batch_size, desc=desc
+        )
 
 
 class VLLMGenerator:
@@ -125,12 +153,23 @@ class VLLMGenerator:
 
     name = "vllm"
 
-    def __init__(self, model_path: str, tp: int = 1, max_new_tokens: int = 512, dtype: str = "auto",
-                 gpu_memory_utilization: float = 0.9):
+    def __init__(
+        self,
+        model_path: str,
+        tp: int = 1,
+        max_new_tokens: int = 512,
+        dtype: str = "auto",
+        gpu_memory_utilization: float = 0.9,
+    ):
         from vllm import LLM, SamplingParams
 
-        self.llm = LLM(model=model_path, tensor_parallel_size=tp, dtype=dtype, trust_remote_code=False,
-                       gpu_memory_utilization=gpu_memory_utilization)
+        self.llm = LLM(
+            model=model_path,
+            tensor_parallel_size=tp,
+            dtype=dtype,
+            trust_remote_code=False,
+            gpu_memory_utilization=gpu_memory_utilization,
+        )
         self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(STOP))
 
     def generate(self, prompts: Sequence[str], desc: str = "generate") -> list[str]:
@@ -138,8 +177,14 @@ class VLLMGenerator:
         return [cut_at_stop(r.outputs[0].text) for r in results]
 
 
-def make_generator(model_path: str, backend: str = "auto", tp: int = 1, batch_size: int = 8,
-                   max_new_tokens: int = 512, dtype: str = "auto"):
+def make_generator(
+    model_path: str,
+    backend: str = "auto",
+    tp: int = 1,
+    batch_size: int = 8,
+    max_new_tokens: int = 512,
+    dtype: str = "auto",
+):
     """The back end: ``vllm``, ``hf``, or ``auto`` (vLLM when importable and a GPU is present)."""
     if backend == "auto":
         backend = "vllm" if vllm_available() and gpu_available() else "hf"

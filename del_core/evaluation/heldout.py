@@ -9,8 +9,9 @@ number comparison (:func:`numbers.numbers_match`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 from del_core.evaluation.extract import answer_from_text
 from del_core.evaluation.numbers import numbers_match
@@ -48,16 +49,30 @@ def score_heldout(rows: Sequence[dict], outputs: Sequence[str]) -> tuple[list[di
     for index, (row, output) in enumerate(zip(rows, outputs)):
         answer, gold = answer_from_text(output, "number"), reference_answer(row)
         correct = answer is not None and gold is not None and numbers_match(answer, gold)
-        scored.append({"benchmark": "heldout", "index": index, "kind": "number", "instruction": row["instruction"],
-                       "output": output, "answer": answer, "gold": gold, "correct": correct,
-                       "unanswered": answer is None})
+        scored.append(
+            {
+                "benchmark": "heldout",
+                "index": index,
+                "kind": "number",
+                "instruction": row["instruction"],
+                "output": output,
+                "answer": answer,
+                "gold": gold,
+                "correct": correct,
+                "unanswered": answer is None,
+            }
+        )
     if not scored:
         return [], HeldoutSummary(0, None, None, None, None)
     summary = summarize(scored)
     heldout, numeric = summary["benchmarks"]["heldout"], summary["numeric"]
     return scored, HeldoutSummary(
-        n=heldout["n"], exact_acc=heldout["accuracy"], answered=1 - heldout["unanswered"] / heldout["n"],
-        mae=numeric["mae"], log_mae=numeric["log_mae"], digit_acc=numeric.get("digit_acc", {}),
+        n=heldout["n"],
+        exact_acc=heldout["accuracy"],
+        answered=1 - heldout["unanswered"] / heldout["n"],
+        mae=numeric["mae"],
+        log_mae=numeric["log_mae"],
+        digit_acc=numeric.get("digit_acc", {}),
     )
 
 

@@ -11,6 +11,7 @@ unlimited). LaTeX is turned into sympy text by :func:`latex_to_sympy_text` and a
 it is made of digits, operators, single letters and a few function names, so nothing else reaches
 sympy's ``eval``.
 """
+
 from __future__ import annotations
 
 import re
@@ -122,9 +123,22 @@ def latex_to_sympy_text(s: str) -> Optional[str]:
     s = re.sub(r"\\sqrt\[([^\]]+)\]\{", r"\\root{\1}{", s)
     s = _rewrite_command(s, "\\root", 2, lambda n, a: f"(({a})**(1/({n})))")
     s = _rewrite_command(s, "\\sqrt", 1, lambda a: f"sqrt({a})")
-    replacements = {"\\pi": " pi ", "\\infty": " oo ", "\\cdot": "*", "\\times": "*", "\\div": "/",
-                    "\\ln": " log", "\\log": " log", "\\sin": " sin", "\\cos": " cos", "\\tan": " tan",
-                    "\\exp": " exp", "^": "**", "{": "(", "}": ")"}
+    replacements = {
+        "\\pi": " pi ",
+        "\\infty": " oo ",
+        "\\cdot": "*",
+        "\\times": "*",
+        "\\div": "/",
+        "\\ln": " log",
+        "\\log": " log",
+        "\\sin": " sin",
+        "\\cos": " cos",
+        "\\tan": " tan",
+        "\\exp": " exp",
+        "^": "**",
+        "{": "(",
+        "}": ")",
+    }
     for latex, text in replacements.items():
         s = s.replace(latex, text)
     s = re.sub(r"(?<![a-zA-Z])i(?![a-zA-Z])", " I ", s)
@@ -138,16 +152,33 @@ def latex_to_sympy_text(s: str) -> Optional[str]:
 
 def _sympy_expression(text: str):
     import sympy
-    from sympy.parsing.sympy_parser import (convert_xor, implicit_multiplication_application, parse_expr,
-                                            standard_transformations)
+    from sympy.parsing.sympy_parser import (
+        convert_xor,
+        implicit_multiplication_application,
+        parse_expr,
+        standard_transformations,
+    )
 
     names = {letter: sympy.Symbol(letter) for letter in "abcdefghjklmnopqrstuvwxyzABCDEFGHJKLMNOPQRSTUVWXYZ"}
-    names.update(sqrt=sympy.sqrt, pi=sympy.pi, oo=sympy.oo, log=sympy.log, sin=sympy.sin, cos=sympy.cos,
-                 tan=sympy.tan, exp=sympy.exp, I=sympy.I, Integer=sympy.Integer, Float=sympy.Float,
-                 Rational=sympy.Rational, Symbol=sympy.Symbol)
+    names.update(
+        sqrt=sympy.sqrt,
+        pi=sympy.pi,
+        oo=sympy.oo,
+        log=sympy.log,
+        sin=sympy.sin,
+        cos=sympy.cos,
+        tan=sympy.tan,
+        exp=sympy.exp,
+        I=sympy.I,
+        Integer=sympy.Integer,
+        Float=sympy.Float,
+        Rational=sympy.Rational,
+        Symbol=sympy.Symbol,
+    )
     transformations = standard_transformations + (implicit_multiplication_application, convert_xor)
-    return parse_expr(text, local_dict=names, global_dict={"__builtins__": {}, **names},
-                      transformations=transformations)
+    return parse_expr(
+        text, local_dict=names, global_dict={"__builtins__": {}, **names}, transformations=transformations
+    )
 
 
 def sympy_equal(a: str, b: str, seconds: float = SYMPY_SECONDS) -> bool:

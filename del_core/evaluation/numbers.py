@@ -13,6 +13,7 @@ prediction to an integer for integer golds and accepts 4% relative error otherwi
     and rejects 28.0833 for 28.08).
 Thousands commas ("1,234"), a leading "$", and simple fractions ("3/4", ``\\frac{3}{4}``) parse.
 """
+
 from __future__ import annotations
 
 import math
@@ -81,6 +82,7 @@ def numbers_match(prediction, gold) -> bool:
 
 def log_abs_error(prediction: Fraction, gold: Fraction) -> float:
     """|sign(p) ln(1+|p|) - sign(g) ln(1+|g|)| (the spec's log-MAE term)."""
+
     def signed_log(x: Fraction) -> float:
         return math.copysign(math.log1p(abs(float(x))), float(x))
 

@@ -6,10 +6,11 @@ plain chain of thought (the question alone). Multiple-choice sets (AQuA, SAT, MM
 in chain of thought with their options ("Answer Choices: (A) .. (B) .."), already part of
 ``Record.question``.
 """
+
 from __future__ import annotations
 
-from del_core.evaluation.benchmarks import Record
 from del_core.data.prompting import format_prompt
+from del_core.evaluation.benchmarks import Record
 
 PROGRAM_SUFFIX = " Let's write a program."
 

@@ -10,10 +10,12 @@ A row: benchmark, index, kind, mode (pot | cot | cot_retry | score_only), prompt
 (the code run, or null), sandbox (status and stdout tail, or null), answer (null: no answer), gold,
 correct, unanswered; a cot_retry row also keeps its first attempt under ``program_attempt``.
 """
+
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Optional
 
 from del_core.evaluation.benchmarks import Record
 from del_core.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
@@ -26,21 +28,32 @@ STDOUT_KEPT = 2000  # characters of a program's stdout kept in a row (its tail)
 
 def _row(record: Record, mode: str, prompt: Optional[str], output: str, answer, program=None, sandbox=None) -> dict:
     return {
-        "benchmark": record.benchmark, "index": record.index, "kind": record.kind, "mode": mode,
-        "prompt": prompt, "output": output, "program": program, "sandbox": sandbox,
-        "answer": answer, "gold": record.gold, "correct": is_correct(answer, record), "unanswered": answer is None,
+        "benchmark": record.benchmark,
+        "index": record.index,
+        "kind": record.kind,
+        "mode": mode,
+        "prompt": prompt,
+        "output": output,
+        "program": program,
+        "sandbox": sandbox,
+        "answer": answer,
+        "gold": record.gold,
+        "correct": is_correct(answer, record),
+        "unanswered": answer is None,
     }
 
 
-def run_program_outputs(records: Sequence[Record], outputs: Sequence[str], limits: SandboxLimits,
-                        workers: int) -> list[tuple]:
+def run_program_outputs(
+    records: Sequence[Record], outputs: Sequence[str], limits: SandboxLimits, workers: int
+) -> list[tuple]:
     """For each output: (answer or None, program or None, sandbox summary or None)."""
     from tqdm import tqdm
 
     programs = [program_from_output(output) for output in outputs]
     to_run = [i for i, program in enumerate(programs) if program is not None]
-    with tqdm(total=len(to_run), desc="run programs", unit="prog", file=sys.stderr, dynamic_ncols=True,
-              disable=None) as bar:
+    with tqdm(
+        total=len(to_run), desc="run programs", unit="prog", file=sys.stderr, dynamic_ncols=True, disable=None
+    ) as bar:
         results = run_programs([programs[i] for i in to_run], limits, workers, progress=lambda: bar.update(1))
     by_output = dict(zip(to_run, results))
     answered = []
@@ -55,7 +68,9 @@ def run_program_outputs(records: Sequence[Record], outputs: Sequence[str], limit
     return answered
 
 
-def evaluate(records: Sequence[Record], generator, limits: SandboxLimits = SandboxLimits(), workers: int = 4) -> list[dict]:
+def evaluate(
+    records: Sequence[Record], generator, limits: SandboxLimits = SandboxLimits(), workers: int = 4
+) -> list[dict]:
     """Scored rows for ``records`` (in their order), by the protocol of the module docstring."""
     rows: dict[tuple, dict] = {}
     open_ended = [r for r in records if r.kind != "choice"]
@@ -64,7 +79,8 @@ def evaluate(records: Sequence[Record], generator, limits: SandboxLimits = Sandb
         prompts = [program_prompt(r) for r in open_ended]
         outputs = generator.generate(prompts, desc="program of thought")
         for record, prompt, output, (answer, program, sandbox) in zip(
-                open_ended, prompts, outputs, run_program_outputs(open_ended, outputs, limits, workers)):
+            open_ended, prompts, outputs, run_program_outputs(open_ended, outputs, limits, workers)
+        ):
             rows[(record.benchmark, record.index)] = _row(record, "pot", prompt, output, answer, program, sandbox)
             if answer is None:
                 retry.append(record)
@@ -74,8 +90,13 @@ def evaluate(records: Sequence[Record], generator, limits: SandboxLimits = Sandb
         outputs = generator.generate(prompts, desc="chain of thought")
         for record, prompt, output in zip(cot, prompts, outputs):
             key = (record.benchmark, record.index)
-            row = _row(record, "cot_retry" if key in rows else "cot", prompt, output,
-                       answer_from_text(output, record.kind, record.choices))
+            row = _row(
+                record,
+                "cot_retry" if key in rows else "cot",
+                prompt,
+                output,
+                answer_from_text(output, record.kind, record.choices),
+            )
             if key in rows:
                 first = rows[key]
                 row["program_attempt"] = {k: first[k] for k in ("prompt", "output", "program", "sandbox")}
@@ -87,16 +108,22 @@ def _looks_like_program(output: str) -> bool:
     return "```" in output or "print(" in output
 
 
-def score_outputs(items: Iterable[tuple[Record, str, str]], limits: SandboxLimits = SandboxLimits(),
-                  workers: int = 4) -> list[dict]:
+def score_outputs(
+    items: Iterable[tuple[Record, str, str]], limits: SandboxLimits = SandboxLimits(), workers: int = 4
+) -> list[dict]:
     """Rows for saved outputs: (record, output, mode) with mode auto | pot | cot. For open-ended
     records, ``pot`` (or ``auto`` when the output has a code fence or a print call) runs the
     program and, under ``auto``, falls back to reading the text when that gives no answer;
     multiple-choice outputs are always read as text."""
     items = list(items)
-    runs = [i for i, (record, output, mode) in enumerate(items)
-            if record.kind != "choice" and (mode == "pot" or (mode == "auto" and _looks_like_program(output)))]
-    ran = dict(zip(runs, run_program_outputs([items[i][0] for i in runs], [items[i][1] for i in runs], limits, workers)))
+    runs = [
+        i
+        for i, (record, output, mode) in enumerate(items)
+        if record.kind != "choice" and (mode == "pot" or (mode == "auto" and _looks_like_program(output)))
+    ]
+    ran = dict(
+        zip(runs, run_program_outputs([items[i][0] for i in runs], [items[i][1] for i in runs], limits, workers))
+    )
     rows = []
     for i, (record, output, mode) in enumerate(items):
         answer, program, sandbox = ran.get(i, (None, None, None))

@@ -17,7 +17,13 @@ import time
 from pathlib import Path
 
 from del_core.data.jsonl import JsonlError, iter_jsonl, write_jsonl
-from del_core.evaluation.benchmarks import BENCHMARKS, BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
+from del_core.evaluation.benchmarks import (
+    BENCHMARKS,
+    BenchmarkError,
+    data_dir_from,
+    load_benchmark,
+    parse_benchmark_list,
+)
 from del_core.evaluation.config import EvalConfig
 from del_core.evaluation.report import format_table, write_json
 from del_core.evaluation.sandbox import SandboxLimits
@@ -66,8 +72,10 @@ def score_only(config: EvalConfig) -> int:
     for p in predictions:
         questions = records[p["benchmark"]]
         if not 0 <= p["index"] < len(questions):
-            raise BenchmarkError(f"{p['_where']}: field 'index' is {p['index']}, but {p['benchmark']} has "
-                                 f"{len(questions)} questions (0..{len(questions) - 1})")
+            raise BenchmarkError(
+                f"{p['_where']}: field 'index' is {p['index']}, but {p['benchmark']} has "
+                f"{len(questions)} questions (0..{len(questions) - 1})"
+            )
         items.append((questions[p["index"]], p["output"], p.get("mode", "auto")))
     scored = score_outputs(items, _limits(config), config.workers)
     out_rows = []
@@ -96,15 +104,29 @@ def evaluate_model(config: EvalConfig) -> int:
     resolved = resolve_model(config.model)
     output_dir = Path(config.output_dir) if config.output_dir else default_output_dir(config.model, resolved)
     started = time.time()
-    generator = make_generator(resolved, config.backend, tp=config.tp, batch_size=config.batch_size,
-                               max_new_tokens=config.max_new_tokens, dtype=config.dtype)
+    generator = make_generator(
+        resolved,
+        config.backend,
+        tp=config.tp,
+        batch_size=config.batch_size,
+        max_new_tokens=config.max_new_tokens,
+        dtype=config.dtype,
+    )
     print(f"[evaluate] {resolved} ({generator.name}), {len(records)} questions of {', '.join(names)}", file=sys.stderr)
     rows = evaluate(records, generator, _limits(config), config.workers)
     summary = summarize(rows)
-    summary["config"] = {"model": config.model, "resolved_model": resolved, "backend": generator.name, "tp": config.tp,
-                         "benchmarks": list(names), "limit": config.limit, "max_new_tokens": config.max_new_tokens,
-                         "batch_size": config.batch_size, "data_dir": str(data_dir),
-                         "seconds": round(time.time() - started, 1)}
+    summary["config"] = {
+        "model": config.model,
+        "resolved_model": resolved,
+        "backend": generator.name,
+        "tp": config.tp,
+        "benchmarks": list(names),
+        "limit": config.limit,
+        "max_new_tokens": config.max_new_tokens,
+        "batch_size": config.batch_size,
+        "data_dir": str(data_dir),
+        "seconds": round(time.time() - started, 1),
+    }
     write_jsonl(output_dir / "predictions.jsonl", rows)
     write_json(output_dir / "summary.json", summary)
     print(format_table(summary))

@@ -14,14 +14,16 @@ namespaces); when the harness runs as root, the program runs as ``user`` (defaul
 it can neither signal the harness nor write where that user cannot, and RLIMIT_NPROC = 0 forbids
 any new process or thread. What is Python-level only (an audit hook, best effort, not a security
 boundary against deliberate escapes through native code): refusing fork/exec/spawn/subprocess,
-kill, sockets, native calls through ctypes, and file writes outside the working directory. Not isolated: reading files the
-user may read, and the wall-clock share of a CPU (the CPU limit covers busy loops).
+kill, sockets, native calls through ctypes, and file writes outside the working directory. Not
+isolated: reading files the user may read, and the wall-clock share of a CPU (the CPU limit covers busy loops).
 
 Statuses: ok, error (non-zero exit or exception), timeout (wall clock or CPU limit), memory_limit
 (MemoryError), output_limit (stdout/stderr/file size cap), blocked (a refused operation).
 """
+
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,10 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 CHILD = Path(__file__).resolve().with_name("sandbox_child.py")
 LAYERS_MARK = "SANDBOX-LAYERS "
@@ -73,10 +76,8 @@ def _read(path: Path, limit: int) -> str:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _status(timed_out: bool, returncode: int, stderr: str, at_size_cap: bool) -> str:
@@ -115,15 +116,32 @@ def run_program(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRe
         if owner:
             os.chown(workdir, *owner)
             os.chown(workdir / "program.py", *owner)
-        config = {"cpu_seconds": limits.cpu_seconds, "memory_bytes": limits.memory_bytes,
-                  "output_bytes": limits.output_bytes, "open_files": limits.open_files, "user": user}
-        env = {"HOME": str(workdir), "TMPDIR": str(workdir), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
-               "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        config = {
+            "cpu_seconds": limits.cpu_seconds,
+            "memory_bytes": limits.memory_bytes,
+            "output_bytes": limits.output_bytes,
+            "open_files": limits.open_files,
+            "user": user,
+        }
+        env = {
+            "HOME": str(workdir),
+            "TMPDIR": str(workdir),
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+        }
         with open(private / "stdout", "wb") as out, open(private / "stderr", "wb") as err:
             process = subprocess.Popen(
                 [sys.executable, "-I", "-B", str(CHILD), json.dumps(config), str(workdir / "program.py")],
-                cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                start_new_session=True, close_fds=True,
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
             )
             timed_out = False
             try:
@@ -140,20 +158,28 @@ def run_program(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRe
         if stderr.startswith(LAYERS_MARK):
             first, _, stderr = stderr.partition("\n")
             try:
-                layers = json.loads(first[len(LAYERS_MARK):])
+                layers = json.loads(first[len(LAYERS_MARK) :])
             except json.JSONDecodeError:
                 layers = {}
-        return SandboxResult(_status(timed_out, process.returncode, stderr, at_size_cap), stdout, stderr,
-                             process.returncode, round(time.monotonic() - started, 3), layers)
+        return SandboxResult(
+            _status(timed_out, process.returncode, stderr, at_size_cap),
+            stdout,
+            stderr,
+            process.returncode,
+            round(time.monotonic() - started, 3),
+            layers,
+        )
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         shutil.rmtree(private, ignore_errors=True)
 
 
-def run_programs(codes: Sequence[str], limits: SandboxLimits = SandboxLimits(), workers: int = 4,
-                 progress=None) -> list[SandboxResult]:
+def run_programs(
+    codes: Sequence[str], limits: SandboxLimits = SandboxLimits(), workers: int = 4, progress=None
+) -> list[SandboxResult]:
     """:func:`run_program` for each code, ``workers`` at a time, results in input order;
     ``progress`` (optional) is called once per finished program."""
+
     def one(code):
         result = run_program(code, limits)
         if progress is not None:

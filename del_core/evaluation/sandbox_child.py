@@ -19,6 +19,7 @@ Self-contained: it cannot import the project (``-I``). In this order it
      then runs the program as ``__main__``.
 A refused operation raises PermissionError and writes ``SANDBOX-VIOLATION <event>`` to stderr.
 """
+
 import ctypes  # imported before the guards so that libraries importing it still load
 import json
 import os
@@ -84,18 +85,54 @@ def _drop_privileges(user):
 
 
 _REFUSED = {
-    "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system", "subprocess.Popen",
-    "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "socket.__new__", "socket.connect",
-    "socket.bind", "socket.sendto", "socket.getaddrinfo", "socket.gethostbyname", "socket.gethostbyaddr",
-    "ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function", "ctypes.cdata",
-    "ctypes.string_at", "ctypes.wstring_at",
-    "os.setuid", "os.setgid", "os.chroot", "mmap.__new__", "sys.remote_exec",
+    "os.fork",
+    "os.forkpty",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.system",
+    "subprocess.Popen",
+    "pty.spawn",
+    "os.kill",
+    "os.killpg",
+    "signal.pthread_kill",
+    "socket.__new__",
+    "socket.connect",
+    "socket.bind",
+    "socket.sendto",
+    "socket.getaddrinfo",
+    "socket.gethostbyname",
+    "socket.gethostbyaddr",
+    "ctypes.dlopen",
+    "ctypes.dlsym",
+    "ctypes.dlsym/handle",
+    "ctypes.call_function",
+    "ctypes.cdata",
+    "ctypes.string_at",
+    "ctypes.wstring_at",
+    "os.setuid",
+    "os.setgid",
+    "os.chroot",
+    "mmap.__new__",
+    "sys.remote_exec",
 }
 # events whose path arguments must lie inside the working directory: event -> argument positions
 _PATH_EVENTS = {
-    "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.chmod": (0,),
-    "os.chown": (0,), "os.truncate": (0,), "os.symlink": (0, 1), "os.link": (0, 1), "os.utime": (0,),
-    "os.chflags": (0,), "os.lchflags": (0,), "shutil.rmtree": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.mkdir": (0,),
+    "os.rename": (0, 1),
+    "os.chmod": (0,),
+    "os.chown": (0,),
+    "os.truncate": (0,),
+    "os.symlink": (0, 1),
+    "os.link": (0, 1),
+    "os.utime": (0,),
+    "os.chflags": (0,),
+    "os.lchflags": (0,),
+    "shutil.rmtree": (0,),
+    "os.mkfifo": (0,),
+    "os.mknod": (0,),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 
@@ -135,10 +172,13 @@ def _install_guards(workdir):
     def not_allowed(name):
         def blocked(*args, **kwargs):
             refuse(name)
+
         return blocked
 
-    for module, names in ((os, ("setsid", "setpgid", "setpgrp", "pidfd_open", "fork", "forkpty", "kill", "killpg")),
-                          (signal, ("pidfd_send_signal",))):
+    for module, names in (
+        (os, ("setsid", "setpgid", "setpgrp", "pidfd_open", "fork", "forkpty", "kill", "killpg")),
+        (signal, ("pidfd_send_signal",)),
+    ):
         for name in names:
             if hasattr(module, name):
                 setattr(module, name, not_allowed(f"{module.__name__}.{name}"))

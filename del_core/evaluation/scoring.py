@@ -11,10 +11,12 @@ mean of the accuracies of the benchmarks present; and, over rows where the predi
 both parse as one number (first elements for lists), MAE, log-MAE and per-place digit accuracy of
 the integer and fractional parts (places of the gold as written; keys "10^k").
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 from del_core.evaluation.benchmarks import BENCHMARKS, Record
 from del_core.evaluation.math_equivalence import math_equivalent, normalize
@@ -74,9 +76,13 @@ class _NumericTotals:
         if not self.n:
             return {"n": 0, "mae": None, "log_mae": None, "digit_acc": {}}
         order = sorted(self.place, key=lambda key: -int(key[3:]))  # 10^2, 10^1, 10^0, 10^-1, ...
-        return {"n": self.n, "mae": self.abs_error / self.n, "log_mae": self.log_error / self.n,
-                "digit_acc": {key: self.place[key][0] / self.place[key][1] for key in order},
-                "digit_n": {key: self.place[key][1] for key in order}}
+        return {
+            "n": self.n,
+            "mae": self.abs_error / self.n,
+            "log_mae": self.log_error / self.n,
+            "digit_acc": {key: self.place[key][0] / self.place[key][1] for key in order},
+            "digit_n": {key: self.place[key][1] for key in order},
+        }
 
 
 def summarize(rows: Iterable[dict]) -> dict:
@@ -98,5 +104,8 @@ def summarize(rows: Iterable[dict]) -> dict:
         stats = per[name]
         benchmarks[name] = {**stats, "accuracy": stats["correct"] / stats["n"], "numeric": numeric[name].as_dict()}
     accuracies = [b["accuracy"] for b in benchmarks.values()]
-    return {"benchmarks": benchmarks, "mACC": sum(accuracies) / len(accuracies) if accuracies else None,
-            "numeric": numeric["all"].as_dict()}
+    return {
+        "benchmarks": benchmarks,
+        "mACC": sum(accuracies) / len(accuracies) if accuracies else None,
+        "numeric": numeric["all"].as_dict(),
+    }

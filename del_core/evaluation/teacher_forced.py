@@ -12,8 +12,9 @@ and ranks, :func:`summarise`):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Optional
 
 import torch
 
@@ -58,8 +59,9 @@ def _number_sums(digit_logits: torch.Tensor, spans: NumberSpans) -> dict[str, to
 
 
 @torch.no_grad()
-def teacher_forced_sums(logits: torch.Tensor, targets: torch.Tensor, vocab: Optional[DigitVocab],
-                        spans: Optional[NumberSpans] = None) -> dict[str, torch.Tensor]:
+def teacher_forced_sums(
+    logits: torch.Tensor, targets: torch.Tensor, vocab: Optional[DigitVocab], spans: Optional[NumberSpans] = None
+) -> dict[str, torch.Tensor]:
     """Named float64 scalar sums (:data:`TEACHER_FORCED_SUMS`) over one batch, on the logits' device.
 
     ``logits`` [B, T, V], ``targets`` [B, T] aligned (-100 ignored); ``spans`` the targets' number
@@ -69,7 +71,7 @@ def teacher_forced_sums(logits: torch.Tensor, targets: torch.Tensor, vocab: Opti
     logits = logits.float()
     valid = targets != IGNORE_INDEX
     zero = torch.zeros((), dtype=torch.float64, device=logits.device)
-    sums = {name: zero for name in TEACHER_FORCED_SUMS}
+    sums = dict.fromkeys(TEACHER_FORCED_SUMS, zero)
     sums["ce_sum"] = torch.nn.functional.cross_entropy(logits[valid], targets[valid], reduction="sum").double()
     sums["tokens"] = valid.sum().double()
     if vocab is None:

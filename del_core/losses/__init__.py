@@ -1,4 +1,5 @@
 """Numeric losses: DEL and its baselines (MLE, MixCE, EMO, NTL-WAS/MSE, DIST2Loss)."""
+
 from .base import LossOutput, NumericLoss
 from .objectives import (
     DEL_DEFAULT_WEIGHT,

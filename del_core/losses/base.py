@@ -8,6 +8,7 @@ A loss is ``CE-like token part + lambda * digit part``:
 over the whole accumulation window and all data-parallel ranks); by default they are counted in
 this batch. With them, the sum of the losses of micro-batches equals the loss of the whole batch.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -115,7 +116,11 @@ class NumericLoss(torch.nn.Module):
         vocab_slice = vocab_slice or VocabSlice.full(logits.shape[-1])
         batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(logits.dtype), spans)
         batch.stats = logit_statistics(
-            logits.reshape(-1, logits.shape[-1]), batch.labels, self._digit_ids(), self.cost_embedding_rows(), vocab_slice
+            logits.reshape(-1, logits.shape[-1]),
+            batch.labels,
+            self._digit_ids(),
+            self.cost_embedding_rows(),
+            vocab_slice,
         )
         return self._compose(batch, num_tokens, num_digits, logits)
 
@@ -142,8 +147,14 @@ class NumericLoss(torch.nn.Module):
         vocab_slice = vocab_slice or VocabSlice.full(weight.shape[0])
         batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(hidden.dtype), spans)
         batch.stats = hidden_statistics(
-            hidden.reshape(-1, hidden.shape[-1]), weight, batch.labels, self._digit_ids(),
-            self.cost_embedding_rows(), vocab_slice, chunk_size, eager_ce_grad=self._plain_ce(),
+            hidden.reshape(-1, hidden.shape[-1]),
+            weight,
+            batch.labels,
+            self._digit_ids(),
+            self.cost_embedding_rows(),
+            vocab_slice,
+            chunk_size,
+            eager_ce_grad=self._plain_ce(),
         )
         return self._compose(batch, num_tokens, num_digits, hidden)
 
@@ -175,7 +186,9 @@ class NumericLoss(torch.nn.Module):
             batch.target_digit = batch.spans.digit_value.clamp_min(0)
         return batch
 
-    def _compose(self, batch: Batch, num_tokens: Normaliser, num_digits: Normaliser, source: torch.Tensor) -> LossOutput:
+    def _compose(
+        self, batch: Batch, num_tokens: Normaliser, num_digits: Normaliser, source: torch.Tensor
+    ) -> LossOutput:
         dtype = batch.dtype
         ce_t = batch.stats.ce
         if batch.stats.digit_logits is not None:
@@ -218,7 +231,9 @@ class NumericLoss(torch.nn.Module):
         return metrics
 
     @staticmethod
-    def _check_normalisers(num_tokens: Normaliser, num_digits: Normaliser, n_tokens: torch.Tensor, n_digits: torch.Tensor) -> None:
+    def _check_normalisers(
+        num_tokens: Normaliser, num_digits: Normaliser, n_tokens: torch.Tensor, n_digits: torch.Tensor
+    ) -> None:
         for label, given, local in (("num_tokens", num_tokens, n_tokens), ("num_digits", num_digits, n_digits)):
             if given is None:
                 continue

@@ -5,6 +5,7 @@ floating point; the caller chooses the compute dtype), the target digit ``target
 0..9; entries at positions the caller masks out may hold any value in 0..9) and returns the term
 per position, shape [N]. The vocab-parallel path reuses them after reassembling the digit logits.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """DEL and its baselines behind one interface, selected by name with :func:`build_loss`."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -52,7 +53,9 @@ class EMOLoss(NumericLoss):
             raise ValueError("emo: cost_embedding must be the LM-head weight, a [V, H] tensor")
         if not bool(torch.isfinite(cost_embedding).all()):
             raise ValueError("emo: cost_embedding holds NaN/inf values")
-        embedding = F.normalize(cost_embedding.detach().to(torch.promote_types(cost_embedding.dtype, torch.float32)), dim=-1)
+        embedding = F.normalize(
+            cost_embedding.detach().to(torch.promote_types(cost_embedding.dtype, torch.float32)), dim=-1
+        )
         self.register_buffer("cost_embedding", embedding, persistent=False)
 
     def cost_embedding_rows(self) -> torch.Tensor:
@@ -108,7 +111,9 @@ class DIST2Loss(DigitAuxLoss):
 
     name = "dist2"
 
-    def __init__(self, vocab: DigitVocab, weight: float, tau: float = 1.0, place_weighted: bool = False, validate: bool = True):
+    def __init__(
+        self, vocab: DigitVocab, weight: float, tau: float = 1.0, place_weighted: bool = False, validate: bool = True
+    ):
         super().__init__(vocab, weight, validate)
         if tau <= 0:
             raise ValueError(f"dist2: tau must be > 0, got {tau}")

@@ -17,10 +17,12 @@ other columns (the parallel layer provides one; without it nothing is communicat
 MAX reduction of 1 number and one SUM reduction of ``2 + 10 + 2H`` numbers cross the reducer,
 whatever V is; the backward communicates nothing.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional, Protocol, Sequence
+from typing import NamedTuple, Optional, Protocol
 
 import torch
 
@@ -64,7 +66,7 @@ class VocabSlice:
     reducer: Reducer = field(default_factory=LocalReducer, compare=False)
 
     @classmethod
-    def full(cls, vocab_size: int) -> "VocabSlice":
+    def full(cls, vocab_size: int) -> VocabSlice:
         return cls(0, vocab_size, vocab_size)
 
     @property
@@ -166,7 +168,9 @@ def _chunk_grad(z, s: _Setup, rows: slice, lse, expected, g_ce, g_digits, g_expe
     if softmax is not None:
         grad = softmax
     else:
-        grad = torch.sub(z, lse.unsqueeze(-1), out=out) if out is not None else torch.sub(z, lse.unsqueeze(-1)).to(dtype)
+        grad = (
+            torch.sub(z, lse.unsqueeze(-1), out=out) if out is not None else torch.sub(z, lse.unsqueeze(-1)).to(dtype)
+        )
         grad.exp_()
     g_ce = torch.zeros_like(lse) if g_ce is None else torch.where(valid, g_ce.to(dtype), torch.zeros_like(lse))
     if g_expected is not None:
@@ -217,7 +221,11 @@ class _FromLogits(torch.autograd.Function):
         grad = torch.empty_like(logits)
         for rows in _row_chunks(logits.shape[0], ctx.chunk_size):
             part = _chunk_grad(
-                logits[rows], ctx.setup, rows, lse[rows], expected[rows],
+                logits[rows],
+                ctx.setup,
+                rows,
+                lse[rows],
+                expected[rows],
                 None if g_ce is None else g_ce[rows],
                 None if g_digits is None else g_digits[rows],
                 None if g_expected is None else g_expected[rows],
@@ -288,7 +296,10 @@ class _FromHidden(torch.autograd.Function):
             h = hidden[rows]
             z = h @ weight.T
             grad_z = _chunk_grad(
-                z, setup, rows, lse[rows],
+                z,
+                setup,
+                rows,
+                lse[rows],
                 expected[rows] if g_expected is not None else None,
                 None if g_ce is None else g_ce[rows],
                 None if g_digits is None else g_digits[rows],
@@ -320,7 +331,9 @@ class _FromHidden(torch.autograd.Function):
 
 def _setup(target, digit_ids, embedding, vslice, local_vocab: int, dtype) -> _Setup:
     if vslice.size != local_vocab:
-        raise ValueError(f"the vocabulary slice [{vslice.start}, {vslice.end}) has {vslice.size} columns, the logits {local_vocab}")
+        raise ValueError(
+            f"the vocabulary slice [{vslice.start}, {vslice.end}) has {vslice.size} columns, the logits {local_vocab}"
+        )
     if embedding is not None:
         if embedding.shape[0] == vslice.vocab_size and vslice.size != vslice.vocab_size:
             embedding = embedding[vslice.start : vslice.end]
@@ -374,5 +387,10 @@ def hidden_statistics(
         raise ValueError(f"hidden [N, H] and weight [V, H] do not fit: {tuple(hidden.shape)}, {tuple(weight.shape)}")
     vslice = vslice or VocabSlice.full(weight.shape[0])
     setup = _setup(target, digit_ids, embedding, vslice, weight.shape[0], compute_dtype(hidden.dtype))
-    eager = eager_ce_grad and embedding is None and torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    eager = (
+        eager_ce_grad
+        and embedding is None
+        and torch.is_grad_enabled()
+        and (hidden.requires_grad or weight.requires_grad)
+    )
     return LogitStats(*_FromHidden.apply(hidden, weight, setup, chunk_size, eager))

@@ -3,6 +3,7 @@
 ``ce`` is the per-token cross-entropy [N] (see :mod:`.statistics`). Every function returns a value
 per token, [N], 0 at ignored positions.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,12 +1,13 @@
 """Tensor parallelism over the vocabulary: the only place in del_core that uses torch.distributed.
 
-    from del_core.parallel import VocabParallelLMHead
-    head = VocabParallelLMHead.from_full_weight(model.lm_head.weight, group)   # this rank's rows
-    local_logits = head(hidden)                                                # [..., V_local]
-    out = loss_fn(local_logits, labels, vocab_slice=head.vocab_slice)          # loss of the full vocab
-    out = loss_fn.from_hidden(head.gather_input(hidden), head.weight, labels,  # chunked, never [N, V]
-                              vocab_slice=head.vocab_slice)
+from del_core.parallel import VocabParallelLMHead
+head = VocabParallelLMHead.from_full_weight(model.lm_head.weight, group)   # this rank's rows
+local_logits = head(hidden)                                                # [..., V_local]
+out = loss_fn(local_logits, labels, vocab_slice=head.vocab_slice)          # loss of the full vocab
+out = loss_fn.from_hidden(head.gather_input(hidden), head.weight, labels,  # chunked, never [N, V]
+                          vocab_slice=head.vocab_slice)
 """
+
 from .comm import CollectiveCounter, DistributedReducer, copy_to_tensor_parallel_region, count_collectives, vocab_range
 from .dims import (
     ParallelDims,

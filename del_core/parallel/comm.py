@@ -1,9 +1,11 @@
 """Collectives of the vocab-parallel path: in-place all-reduces for the loss statistics, the
 "copy to tensor-parallel region" of the LM head's input, and a byte counter for tests."""
+
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 import torch
 import torch.distributed as dist

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -35,7 +36,7 @@ class ParallelDims:
     tp_group: Optional[Any] = None
 
     @classmethod
-    def from_world(cls, tp: int) -> "ParallelDims":
+    def from_world(cls, tp: int) -> ParallelDims:
         """The layout of the initialised default process group with tensor-parallel size ``tp``
         (the groups are filled in once DeepSpeed has made them, :meth:`with_groups`)."""
         world, rank = dist.get_world_size(), dist.get_rank()
@@ -43,7 +44,7 @@ class ParallelDims:
             raise ParallelLayoutError(f"parallel.tp={tp} does not divide the world of {world} processes")
         return cls(world, rank, tp, world // tp, rank, int(os.environ.get("LOCAL_RANK", 0)))
 
-    def with_groups(self, dp_group: Any, tp_group: Any, dp_rank: int) -> "ParallelDims":
+    def with_groups(self, dp_group: Any, tp_group: Any, dp_rank: int) -> ParallelDims:
         return ParallelDims(self.world, self.rank, self.tp, self.dp, dp_rank, self.local_rank, dp_group, tp_group)
 
     @property

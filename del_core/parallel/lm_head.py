@@ -1,4 +1,5 @@
 """A column-parallel (vocab-parallel) LM head over a tensor-parallel process group."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -20,8 +21,14 @@ class VocabParallelLMHead(torch.nn.Module):
     """Holds the rows ``[start, end)`` of an LM-head weight [V, H]; ``forward`` returns this rank's
     logit columns [..., V_local]. Uneven splits are allowed (see :func:`vocab_range`)."""
 
-    def __init__(self, vocab_size: int, hidden_size: int, group: Optional[dist.ProcessGroup] = None,
-                 dtype: Optional[torch.dtype] = None, device=None):
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden_size: int,
+        group: Optional[dist.ProcessGroup] = None,
+        dtype: Optional[torch.dtype] = None,
+        device=None,
+    ):
         super().__init__()
         self.group = group
         self.vocab_slice = vocab_slice_for(vocab_size, group)
@@ -29,7 +36,7 @@ class VocabParallelLMHead(torch.nn.Module):
         torch.nn.init.normal_(self.weight, std=0.02)  # replaced by from_full_weight's copy
 
     @classmethod
-    def from_full_weight(cls, weight: torch.Tensor, group: Optional[dist.ProcessGroup] = None) -> "VocabParallelLMHead":
+    def from_full_weight(cls, weight: torch.Tensor, group: Optional[dist.ProcessGroup] = None) -> VocabParallelLMHead:
         """A head whose rows are this rank's slice of the full weight [V, H] (e.g. an HF lm_head)."""
         head = cls(weight.shape[0], weight.shape[1], group, dtype=weight.dtype, device=weight.device)
         with torch.no_grad():

@@ -18,4 +18,13 @@ def __getattr__(name: str):
     raise AttributeError(name)
 
 
-__all__ = ["EvalRecord", "FinalRecord", "TrainConfig", "TrainRecord", "Trainer", "load_train_config", "read_metrics", "run"]
+__all__ = [
+    "EvalRecord",
+    "FinalRecord",
+    "TrainConfig",
+    "TrainRecord",
+    "Trainer",
+    "load_train_config",
+    "read_metrics",
+    "run",
+]

@@ -6,6 +6,7 @@ state: step, config). A directory without that marker - a save that crashed half
 resumed from and is deleted when the next complete checkpoint lands. DeepSpeed's ``latest`` file is
 not used (``save_latest=False``): the marker is the only source of truth.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -14,9 +15,10 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -115,8 +117,15 @@ class RunIdentity:
     COMPARED = ("tp", "num_items", "global_batch_size", "seed", "data", "packing", "max_length")
 
 
-def save(engine: Any, output_dir: Path, step: int, identity: RunIdentity, dims: ParallelDims, keep: int,
-         log: Callable[[str], None]) -> Path:
+def save(
+    engine: Any,
+    output_dir: Path,
+    step: int,
+    identity: RunIdentity,
+    dims: ParallelDims,
+    keep: int,
+    log: Callable[[str], None],
+) -> Path:
     """Write ``checkpoints/step_NNNNNN`` (DeepSpeed shards, each rank's RNG state), then rank 0's
     marker once every rank has finished, then prune to the newest ``keep``. Collective."""
     root, tag = checkpoint_root(output_dir), tag_for(step)
@@ -127,8 +136,10 @@ def save(engine: Any, output_dir: Path, step: int, identity: RunIdentity, dims: 
     if dims.is_main:
         mark_complete(root / tag, {**dataclasses.asdict(identity), "step": step})
         removed = prune(root, keep)
-        log(f"[checkpoint] step {step} saved to {root / tag} in {time.time() - started:.1f} s"
-            + (f"; removed {', '.join(p.name for p in removed)}" if removed else ""))
+        log(
+            f"[checkpoint] step {step} saved to {root / tag} in {time.time() - started:.1f} s"
+            + (f"; removed {', '.join(p.name for p in removed)}" if removed else "")
+        )
     barrier()
     return root / tag
 
@@ -148,8 +159,9 @@ def _checkpoint_to_resume(resume: str, output_dir: Path, log: Callable[[str], No
     return complete[-1][1]
 
 
-def resume(engine: Any, resume: str, output_dir: Path, identity: RunIdentity, dims: ParallelDims,
-           log: Callable[[str], None]) -> int:
+def resume(
+    engine: Any, resume: str, output_dir: Path, identity: RunIdentity, dims: ParallelDims, log: Callable[[str], None]
+) -> int:
     """Load the checkpoint ``resume`` names (``no``, ``auto`` = the newest complete one, or a
     directory) into ``engine``; the step to continue from (0: a fresh start)."""
     path = _checkpoint_to_resume(resume, output_dir, log)

@@ -11,9 +11,10 @@ sequences (batches) and tokens (lengths). ``loss=NAME``, ``model=SOURCE``, ``dat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from del_core.config import ConfigError, KeyAliases, load_config
 from del_core.data.rows import DataError, check_source
@@ -44,8 +45,9 @@ class ModelConfig:
     cache_dir: Optional[str] = None  # converted GGUF models/tokenizers; default $DEL_CACHE_DIR or ~/.cache/del_core
 
     def __post_init__(self) -> None:
-        _check_choice("model", "attn_implementation", self.attn_implementation,
-                      ("auto", "flash_attention_2", "sdpa", "eager"))
+        _check_choice(
+            "model", "attn_implementation", self.attn_implementation, ("auto", "flash_attention_2", "sdpa", "eager")
+        )
         _check_choice("model", "precision", self.precision, ("auto", "bf16", "fp32"))
 
 
@@ -93,7 +95,9 @@ class OptimizerConfig:
     def __post_init__(self) -> None:
         _check_choice("optimizer", "name", self.name, ("auto", "torch", "deepspeed"))
         if not self.lr > 0 or not 0 <= self.warmup_ratio < 1 or not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError("need optimizer.lr > 0, 0 <= optimizer.warmup_ratio < 1 and 0 <= optimizer.min_lr_ratio <= 1")
+            raise ConfigError(
+                "need optimizer.lr > 0, 0 <= optimizer.warmup_ratio < 1 and 0 <= optimizer.min_lr_ratio <= 1"
+            )
         if len(self.betas) != 2:
             raise ConfigError(f"optimizer.betas must be two numbers, got {self.betas}")
 
@@ -132,13 +136,30 @@ class RunConfig:
     fail_at_step: int = 0  # testing aid: exit abruptly once this step has started (simulates a crash)
 
     def __post_init__(self) -> None:
-        _check_at_least("run", {"global_batch_size": self.global_batch_size, "micro_batch_size": self.micro_batch_size,
-                                "log_every": self.log_every}, 1)
-        _check_at_least("run", {"max_steps": self.max_steps, "save_every": self.save_every,
-                                "save_total_limit": self.save_total_limit, "fail_at_step": self.fail_at_step}, 0)
+        _check_at_least(
+            "run",
+            {
+                "global_batch_size": self.global_batch_size,
+                "micro_batch_size": self.micro_batch_size,
+                "log_every": self.log_every,
+            },
+            1,
+        )
+        _check_at_least(
+            "run",
+            {
+                "max_steps": self.max_steps,
+                "save_every": self.save_every,
+                "save_total_limit": self.save_total_limit,
+                "fail_at_step": self.fail_at_step,
+            },
+            0,
+        )
         if self.global_batch_size % self.micro_batch_size:
-            raise ConfigError(f"run.global_batch_size {self.global_batch_size} is not a multiple of "
-                              f"run.micro_batch_size {self.micro_batch_size}")
+            raise ConfigError(
+                f"run.global_batch_size {self.global_batch_size} is not a multiple of "
+                f"run.micro_batch_size {self.micro_batch_size}"
+            )
         if self.epochs <= 0 and self.max_steps == 0:
             raise ConfigError("set run.epochs > 0 or run.max_steps > 0")
         unknown = sorted(set(self.report_to) - set(REPORTERS))
@@ -169,16 +190,35 @@ _SECTION_KEYS = {
     "data": ("eval_size", "eval_generate", "max_new_tokens", "max_length", "packing"),
     "optimizer": ("lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "grad_clip"),
     "parallel": ("tp", "zero_stage", "offload", "ds_config"),
-    "run": ("seed", "output_dir", "epochs", "max_steps", "global_batch_size", "micro_batch_size", "save_every",
-            "save_total_limit", "resume", "export", "log_every", "report_to", "wandb_project", "fail_at_step"),
+    "run": (
+        "seed",
+        "output_dir",
+        "epochs",
+        "max_steps",
+        "global_batch_size",
+        "micro_batch_size",
+        "save_every",
+        "save_total_limit",
+        "resume",
+        "export",
+        "log_every",
+        "report_to",
+        "wandb_project",
+        "fail_at_step",
+    ),
 }
 TRAIN_ALIASES = KeyAliases(
     shorthands={"model": "name", "loss": "name", "data": "source", "optimizer": "name"},
     deprecated={
         **{key: f"{section}.{key}" for section, keys in _SECTION_KEYS.items() for key in keys},
-        "loss_weight": "loss.weight", "loss_options": "loss.options", "loss_path": "loss.path",
-        "chunk_size": "loss.chunk_size", "data_split": "data.split", "eval_data": "data.eval_source",
-        "adam_betas": "optimizer.betas", "adam_eps": "optimizer.eps",
+        "loss_weight": "loss.weight",
+        "loss_options": "loss.options",
+        "loss_path": "loss.path",
+        "chunk_size": "loss.chunk_size",
+        "data_split": "data.split",
+        "eval_data": "data.eval_source",
+        "adam_betas": "optimizer.betas",
+        "adam_eps": "optimizer.eps",
     },
 )
 

@@ -3,6 +3,7 @@
 Batch sizes: ``global_batch_size = micro_batch_size x gradient_accumulation x data-parallel ranks``;
 the recipe fixes the global and micro sizes, the world size fixes the rest.
 """
+
 from __future__ import annotations
 
 import copy
@@ -67,8 +68,12 @@ def _fill_batch_sizes(ds: dict, config: TrainConfig, data_parallel: int, path: P
 def _set_optimizer(ds: dict, config: TrainConfig, use_ds_optimizer: bool) -> None:
     optimizer = config.optimizer
     if use_ds_optimizer:
-        params = {"lr": optimizer.lr, "betas": list(optimizer.betas), "eps": optimizer.eps,
-                  "weight_decay": optimizer.weight_decay}
+        params = {
+            "lr": optimizer.lr,
+            "betas": list(optimizer.betas),
+            "eps": optimizer.eps,
+            "weight_decay": optimizer.weight_decay,
+        }
         ds["optimizer"] = {"type": "AdamW", "params": params}
         return
     ds.pop("optimizer", None)

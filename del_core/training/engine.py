@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Optional
 
 import torch
 
@@ -21,8 +22,9 @@ def init_distributed(on_gpu: bool) -> None:
     if not on_gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     if "RANK" not in os.environ:
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
+        os.environ.update(
+            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
+        )
     import deepspeed
 
     if on_gpu:
@@ -70,8 +72,9 @@ def parameter_groups(objective: torch.nn.Module, weight_decay: float) -> list[di
     return [g for g in groups if g["params"]]
 
 
-def initialize(objective: CausalLMObjective, config: TrainConfig, ds_config: dict, total_steps: int,
-               use_ds_optimizer: bool) -> tuple[Any, Any]:
+def initialize(
+    objective: CausalLMObjective, config: TrainConfig, ds_config: dict, total_steps: int, use_ds_optimizer: bool
+) -> tuple[Any, Any]:
     """(engine, LR scheduler): DeepSpeed's AdamW when ``use_ds_optimizer``, torch AdamW otherwise,
     and the warm-up cosine schedule of :mod:`del_core.training.schedule`."""
     import deepspeed
@@ -93,8 +96,9 @@ def tensor_parallel_dims(dims: ParallelDims) -> ParallelDims:
     """``dims`` with the data- and tensor-parallel groups DeepSpeed made for AutoTP."""
     from deepspeed.utils import groups
 
-    return dims.with_groups(groups.get_data_parallel_group(), groups.get_tensor_model_parallel_group(),
-                            groups.get_data_parallel_rank())
+    return dims.with_groups(
+        groups.get_data_parallel_group(), groups.get_tensor_model_parallel_group(), groups.get_data_parallel_rank()
+    )
 
 
 def vocab_slice_of_head(objective: CausalLMObjective, dims: ParallelDims) -> VocabSlice:
@@ -128,5 +132,3 @@ def grad_norm(engine: Any) -> Optional[float]:
 
 def zero_stage(engine: Any) -> int:
     return engine.zero_optimization_stage()
-
-

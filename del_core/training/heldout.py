@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 
@@ -64,7 +65,9 @@ class HeldOutEvaluator:
         for start in range(0, len(shard), self.micro_batch_size):
             batch = collate(shard[start : start + self.micro_batch_size], self.pad_id).with_spans(self.vocab)
             batch = batch.to(self.device)
-            logits = objective.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+            logits = objective.lm(
+                input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+            ).logits
             if objective.vocab_slice is not None:
                 logits = gather_vocab_shards(logits, objective.vocab_slice.vocab_size, objective.tp_group)
             for name, value in teacher_forced_sums(logits, batch.targets, self.vocab, batch.spans).items():
@@ -74,8 +77,15 @@ class HeldOutEvaluator:
     def _answers(self, objective: CausalLMObjective) -> list[str]:
         rows = self.rows[: self.generate]
         prompts = [format_prompt(row["instruction"], row.get("input", "")) for row in rows]
-        return generate_greedy(objective.lm, self.tokenizer, prompts, self.max_new_tokens, self.device,
-                               batch_size=max(len(prompts), 1), synced_gpus=self.synced_generation)
+        return generate_greedy(
+            objective.lm,
+            self.tokenizer,
+            prompts,
+            self.max_new_tokens,
+            self.device,
+            batch_size=max(len(prompts), 1),
+            synced_gpus=self.synced_generation,
+        )
 
     def evaluate(self, objective: CausalLMObjective, step: int, label: str) -> Optional[HeldOutResult]:
         """The held-out record at ``step`` (``label`` before/after); None without held-out rows."""

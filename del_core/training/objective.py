@@ -4,6 +4,7 @@ The loss sits inside the engine's module so that everything it reads from the mo
 weight for the chunked path) is read during the module's own forward and backward, where ZeRO-3 can
 gather it (the training entry point registers that weight as an external parameter).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -96,7 +97,13 @@ class CausalLMObjective(torch.nn.Module):
 
             hidden = copy_to_tensor_parallel_region(hidden, self.tp_group)
         out = self.loss_fn.from_hidden(
-            hidden, self.head_weight(), targets, num_tokens, num_digits, vocab_slice=self.vocab_slice,
-            chunk_size=self.chunk_size, spans=spans,
+            hidden,
+            self.head_weight(),
+            targets,
+            num_tokens,
+            num_digits,
+            vocab_slice=self.vocab_slice,
+            chunk_size=self.chunk_size,
+            spans=spans,
         )
         return as_named_tensors(out)

@@ -8,23 +8,32 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 from del_core.data.jsonl import JsonlAppender
 from del_core.training.records import EvalRecord, MetricsRecord, TrainRecord, record_to_json
 
 _CONSOLE_FIELDS = (
-    ("loss", "loss {:.4f}"), ("ce", "ce {:.4f}"), ("aux", "aux {:.4f}"), ("digit_entropy", "H(dig) {:.3f}"),
-    ("digit_acc", "dig acc {:.3f}"), ("lr", "lr {:.2e}"), ("grad_norm", "gnorm {:.3f}"),
-    ("tokens_per_s", "{:.0f} tok/s"), ("peak_mem_gb", "mem {:.2f} GB"),
+    ("loss", "loss {:.4f}"),
+    ("ce", "ce {:.4f}"),
+    ("aux", "aux {:.4f}"),
+    ("digit_entropy", "H(dig) {:.3f}"),
+    ("digit_acc", "dig acc {:.3f}"),
+    ("lr", "lr {:.2e}"),
+    ("grad_norm", "gnorm {:.3f}"),
+    ("tokens_per_s", "{:.0f} tok/s"),
+    ("peak_mem_gb", "mem {:.2f} GB"),
 )
 
 
 def console_line(record: MetricsRecord) -> Optional[str]:
     """The console text of a record (None for the final record, which the summary table shows)."""
     if isinstance(record, TrainRecord):
-        parts = [fmt.format(getattr(record, name)) for name, fmt in _CONSOLE_FIELDS if getattr(record, name) is not None]
+        parts = [
+            fmt.format(getattr(record, name)) for name, fmt in _CONSOLE_FIELDS if getattr(record, name) is not None
+        ]
         return f"step {record.step:>6} | " + " | ".join(parts)
     if isinstance(record, EvalRecord):
         shown = " ".join(f"{k} {v:.4f}" for k, v in _scalars(record).items())
@@ -50,14 +59,29 @@ def _is_number(value: Any) -> bool:
 class Reporter:
     """Rank 0's sinks; ``report_to`` names them (jsonl, tensorboard, wandb)."""
 
-    def __init__(self, output_dir: Path, report_to: Sequence[str], total_steps: int, start_step: int, run_name: str,
-                 config: dict, wandb_project: str = "del"):
+    def __init__(
+        self,
+        output_dir: Path,
+        report_to: Sequence[str],
+        total_steps: int,
+        start_step: int,
+        run_name: str,
+        config: dict,
+        wandb_project: str = "del",
+    ):
         from tqdm import tqdm
 
         self.output_dir = Path(output_dir)
         self.started = time.time()
-        self.bar = tqdm(total=total_steps, initial=start_step, desc="train", unit="step", dynamic_ncols=True,
-                        file=sys.stderr, disable=None)
+        self.bar = tqdm(
+            total=total_steps,
+            initial=start_step,
+            desc="train",
+            unit="step",
+            dynamic_ncols=True,
+            file=sys.stderr,
+            disable=None,
+        )
         self.jsonl = JsonlAppender(self.output_dir / "metrics.jsonl") if "jsonl" in report_to else None
         self.tensorboard = self._tensorboard() if "tensorboard" in report_to else None
         self.wandb = self._wandb(wandb_project, run_name, config) if "wandb" in report_to else None

@@ -8,6 +8,7 @@ Global batch of step s (epoch e = s // steps_per_epoch): the items at positions
 size. Its j-th item goes to data-parallel rank ``(j // micro) % dp`` and accumulation micro-step
 ``j // (micro * dp)``; so any (dp, accumulation) split of the same G covers the same items.
 """
+
 from __future__ import annotations
 
 import math

@@ -44,13 +44,29 @@ class StepSums:
         return sum_named(values, self.device, group)
 
 
-def train_record(step: int, sums: dict[str, float], n_tokens: float, n_digits: float, lr: float,
-                 grad_norm: Optional[float], step_time_s: float, peak_mem_gb: float) -> TrainRecord:
+def train_record(
+    step: int,
+    sums: dict[str, float],
+    n_tokens: float,
+    n_digits: float,
+    lr: float,
+    grad_norm: Optional[float],
+    step_time_s: float,
+    peak_mem_gb: float,
+) -> TrainRecord:
     digits = sums["digits"]
     return TrainRecord(
-        step=step, loss=sums["loss"], ce=sums["ce"], aux=sums["aux"],
+        step=step,
+        loss=sums["loss"],
+        ce=sums["ce"],
+        aux=sums["aux"],
         digit_entropy=sums["entropy_sum"] / digits if digits else None,
         digit_acc=sums["digit_hits"] / digits if digits else None,
-        n_tokens=n_tokens, n_digits=n_digits, lr=lr, grad_norm=grad_norm,
-        tokens_per_s=sums["attended_tokens"] / step_time_s, step_time_s=step_time_s, peak_mem_gb=peak_mem_gb,
+        n_tokens=n_tokens,
+        n_digits=n_digits,
+        lr=lr,
+        grad_norm=grad_norm,
+        tokens_per_s=sums["attended_tokens"] / step_time_s,
+        step_time_s=step_time_s,
+        peak_mem_gb=peak_mem_gb,
     )

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 from del_core.training.heldout import HeldOutResult
 
@@ -13,8 +14,13 @@ def _last_line(text: str) -> str:
     return text.strip().splitlines()[-1] if text.strip() else "(empty)"
 
 
-def print_summary(before: Optional[HeldOutResult], after: Optional[HeldOutResult], rows: Sequence[dict],
-                  log: Callable[[str], None], shown: int = 3) -> None:
+def print_summary(
+    before: Optional[HeldOutResult],
+    after: Optional[HeldOutResult],
+    rows: Sequence[dict],
+    log: Callable[[str], None],
+    shown: int = 3,
+) -> None:
     """The held-out table and up to ``shown`` greedy answers (the last line of each)."""
     if after is None:
         return

@@ -30,7 +30,8 @@ from del_core.data.tokenized import TokenBatch, collate
 from del_core.models import attention_implementation, drop_tied_copies, load_model, resolve_model, save_hf
 from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, max_over_world, sum_named
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
-from del_core.training import checkpoints, engine as ds
+from del_core.training import checkpoints
+from del_core.training import engine as ds
 from del_core.training.checkpoints import RunIdentity
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import accumulation_steps, build_ds_config
@@ -54,7 +55,7 @@ class Runtime:
     use_ds_optimizer: bool  # DeepSpeed's AdamW (GPU default) or torch AdamW (CPU default)
 
     @classmethod
-    def detect(cls, config: TrainConfig) -> "Runtime":
+    def detect(cls, config: TrainConfig) -> Runtime:
         on_gpu = torch.cuda.is_available()
         device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
         bf16 = config.model.precision == "bf16" or (config.model.precision == "auto" and on_gpu)
@@ -132,11 +133,13 @@ class Trainer:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.ds_config = build_ds_config(self.config, self.dims.dp, self.runtime.bf16, self.runtime.use_ds_optimizer)
         zero = self.ds_config["zero_optimization"]
-        self.log(f"[run] {self.dims.world} rank(s) on {'GPU' if self.runtime.on_gpu else 'CPU'} = tensor parallel "
-                 f"{self.dims.tp} x data parallel {self.dims.dp}, ZeRO-{zero.get('stage')}"
-                 f"{' + offload' if 'offload_optimizer' in zero else ''}, {'bf16' if self.runtime.bf16 else 'fp32'}; "
-                 f"global batch {self.config.run.global_batch_size} = micro {self.config.run.micro_batch_size} x "
-                 f"accumulation {accumulation_steps(self.config, self.dims.dp)} x {self.dims.dp} data-parallel rank(s)")
+        self.log(
+            f"[run] {self.dims.world} rank(s) on {'GPU' if self.runtime.on_gpu else 'CPU'} = tensor parallel "
+            f"{self.dims.tp} x data parallel {self.dims.dp}, ZeRO-{zero.get('stage')}"
+            f"{' + offload' if 'offload_optimizer' in zero else ''}, {'bf16' if self.runtime.bf16 else 'fp32'}; "
+            f"global batch {self.config.run.global_batch_size} = micro {self.config.run.micro_batch_size} x "
+            f"accumulation {accumulation_steps(self.config, self.dims.dp)} x {self.dims.dp} data-parallel rank(s)"
+        )
 
     def _setup_tokenizer(self) -> None:
         model = self.config.model
@@ -156,19 +159,34 @@ class Trainer:
             if self.config.loss.name not in ("mle", "mixce", "emo"):
                 raise ConfigError(f"loss {self.config.loss.name} needs single-digit tokens: {err}") from None
             self.vocab = None
-            self.log(f"[vocab] no single-digit vocabulary ({err}); loss {self.config.loss.name} runs without digit metrics")
+            self.log(
+                f"[vocab] no single-digit vocabulary ({err}); loss {self.config.loss.name} runs without digit metrics"
+            )
 
     def _setup_data(self) -> None:
         data, run = self.config.data, self.config.run
-        self.data = prepare_training_data(data.source, data.split, data.eval_source, data.eval_size, data.max_length,
-                                          data.packing, run.seed, self.tokenizer, self.log)
+        self.data = prepare_training_data(
+            data.source,
+            data.split,
+            data.eval_source,
+            data.eval_size,
+            data.max_length,
+            data.packing,
+            run.seed,
+            self.tokenizer,
+            self.log,
+        )
         try:
-            self.plan = StepPlan(len(self.data.items), run.global_batch_size, run.micro_batch_size, self.dims.dp, run.seed)
+            self.plan = StepPlan(
+                len(self.data.items), run.global_batch_size, run.micro_batch_size, self.dims.dp, run.seed
+            )
         except ValueError as err:
             raise ConfigError(f"data {data.source}: {err}") from None
         self.total_steps = self.plan.total_steps(run.epochs, run.max_steps)
-        self.log(f"[plan] {len(self.data.items)} sequences, {self.plan.steps_per_epoch} steps per epoch, "
-                 f"{self.total_steps} steps")
+        self.log(
+            f"[plan] {len(self.data.items)} sequences, {self.plan.steps_per_epoch} steps per epoch, "
+            f"{self.total_steps} steps"
+        )
 
     def _setup_model_and_loss(self) -> None:
         model_cfg, loss_cfg = self.config.model, self.config.loss
@@ -176,8 +194,10 @@ class Trainer:
         self._partitioning = ds.partitioning_context(self.ds_config, self.dims.tp)
         attn = attention_implementation(model_cfg.attn_implementation, self.runtime.on_gpu)
         model = load_model(self._model_source, self.runtime.dtype, attn, model_cfg.gradient_checkpointing)
-        self.log(f"[model] {self._model_source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
-                 f"{'on' if model_cfg.gradient_checkpointing else 'off'}")
+        self.log(
+            f"[model] {self._model_source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
+            f"{'on' if model_cfg.gradient_checkpointing else 'off'}"
+        )
         if self.dims.tp > 1:
             check_head_counts(model.config, self.dims.tp)
         self._loss_options = dict(loss_cfg.options)
@@ -195,8 +215,9 @@ class Trainer:
         return self.ds_config["zero_optimization"].get("stage") == 3
 
     def _setup_engine(self) -> None:
-        self.engine, self.scheduler = ds.initialize(self.objective, self.config, self.ds_config, self.total_steps,
-                                                    self.runtime.use_ds_optimizer)
+        self.engine, self.scheduler = ds.initialize(
+            self.objective, self.config, self.ds_config, self.total_steps, self.runtime.use_ds_optimizer
+        )
         if self.dims.tp > 1:
             self._attach_tensor_parallel()
 
@@ -212,24 +233,52 @@ class Trainer:
             options["cost_embedding"] = options["cost_embedding"][vocab_slice.start : vocab_slice.end].clone()
             self._loss_options = options
             self.objective.set_loss_fn(build_loss("emo", self.vocab, weight=self.config.loss.weight, **options))
-        self.log(f"[tp] LM head columns [{vocab_slice.start}, {vocab_slice.end}) of {vocab_slice.vocab_size} on rank "
-                 f"{self.dims.rank}; the loss all-reduces digit-restricted partial sums over the tensor-parallel group")
+        self.log(
+            f"[tp] LM head columns [{vocab_slice.start}, {vocab_slice.end}) of {vocab_slice.vocab_size} on rank "
+            f"{self.dims.rank}; the loss all-reduces digit-restricted partial sums over the tensor-parallel group"
+        )
 
     def _setup_resume_and_logging(self) -> None:
         cfg = self.config
-        self.identity = RunIdentity(cfg.parallel.tp, len(self.data.items), cfg.run.global_batch_size, cfg.run.seed,
-                                    cfg.data.source, cfg.data.packing, cfg.data.max_length, self.total_steps, cfg.loss.name)
+        self.identity = RunIdentity(
+            cfg.parallel.tp,
+            len(self.data.items),
+            cfg.run.global_batch_size,
+            cfg.run.seed,
+            cfg.data.source,
+            cfg.data.packing,
+            cfg.data.max_length,
+            self.total_steps,
+            cfg.loss.name,
+        )
         self.step = checkpoints.resume(self.engine, cfg.run.resume, self.output_dir, self.identity, self.dims, self.log)
         if self.dims.is_main:
             write_status(self.output_dir, "running", self.step)
-            self.reporter = Reporter(self.output_dir, cfg.run.report_to, self.total_steps, self.step,
-                                     self.output_dir.name, config_to_dict(cfg), cfg.run.wandb_project)
+            self.reporter = Reporter(
+                self.output_dir,
+                cfg.run.report_to,
+                self.total_steps,
+                self.step,
+                self.output_dir.name,
+                config_to_dict(cfg),
+                cfg.run.wandb_project,
+            )
         if cfg.data.eval_generate and self.dims.tp > 1:
-            self.log("[eval] data.eval_generate is skipped with tp > 1 (generate needs full-vocabulary logits); "
-                     "evaluate the exported model with recipes/evaluate.py")
+            self.log(
+                "[eval] data.eval_generate is skipped with tp > 1 (generate needs full-vocabulary logits); "
+                "evaluate the exported model with recipes/evaluate.py"
+            )
         self.heldout = HeldOutEvaluator(
-            self.data.eval_rows, self.data.eval_examples, self.vocab, self.tokenizer, self.pad_id,
-            cfg.run.micro_batch_size, cfg.data.eval_generate, cfg.data.max_new_tokens, self.dims, self.runtime.device,
+            self.data.eval_rows,
+            self.data.eval_examples,
+            self.vocab,
+            self.tokenizer,
+            self.pad_id,
+            cfg.run.micro_batch_size,
+            cfg.data.eval_generate,
+            cfg.data.max_new_tokens,
+            self.dims,
+            self.runtime.device,
             synced_generation=self._zero3 and self.dims.world > 1,
         )
         self.stop = StopRequest()
@@ -262,8 +311,10 @@ class Trainer:
     def _micro_batches(self) -> list[TokenBatch]:
         """This rank's micro-batches of the next step, with their number spans, still on the CPU."""
         items = self.data.items
-        return [collate([items[i] for i in micro], self.pad_id).with_spans(self.vocab)
-                for micro in self.plan.micro_batches(self.step, self.dims.dp_rank)]
+        return [
+            collate([items[i] for i in micro], self.pad_id).with_spans(self.vocab)
+            for micro in self.plan.micro_batches(self.step, self.dims.dp_rank)
+        ]
 
     def train_step(self) -> TrainRecord:
         """One optimizer step over the global batch; its record is logged and returned."""
@@ -280,9 +331,13 @@ class Trainer:
         for cpu_batch in batches:
             batch = cpu_batch.to(self.runtime.device)
             out = self.engine(
-                input_ids=batch.input_ids, targets=batch.targets,
+                input_ids=batch.input_ids,
+                targets=batch.targets,
                 attention_mask=None if self.config.data.packing else batch.attention_mask,
-                position_ids=batch.position_ids, num_tokens=num_tokens, num_digits=num_digits, spans=batch.spans,
+                position_ids=batch.position_ids,
+                num_tokens=num_tokens,
+                num_digits=num_digits,
+                spans=batch.spans,
             )
             # Each micro-batch loss is already divided by the global counts: the gradient wanted is
             # the plain sum over micro-batches and data-parallel ranks, which DeepSpeed averages over.
@@ -291,10 +346,20 @@ class Trainer:
             sums.add(out, cpu_batch.num_attended())
         self.step += 1
         reduced = sums.reduce(self.dims.dp_group)
-        record = train_record(self.step, reduced, counts["tokens"], counts["digits"], lr, ds.grad_norm(self.engine),
-                              time.time() - started, max_over_world(self.runtime.peak_memory_gb(), self.runtime.device))
+        record = train_record(
+            self.step,
+            reduced,
+            counts["tokens"],
+            counts["digits"],
+            lr,
+            ds.grad_norm(self.engine),
+            time.time() - started,
+            max_over_world(self.runtime.peak_memory_gb(), self.runtime.device),
+        )
         if not torch.isfinite(torch.tensor(record.loss)):
-            raise FloatingPointError(f"step {self.step}: the loss is {record.loss}; stopping before the weights are saved")
+            raise FloatingPointError(
+                f"step {self.step}: the loss is {record.loss}; stopping before the weights are saved"
+            )
         log_every = self.config.run.log_every
         self.reporter.log(record, console=self.step % log_every == 0 or self.step == self.total_steps)
         self.reporter.advance(record)
@@ -315,8 +380,15 @@ class Trainer:
         return stop_now
 
     def save_checkpoint(self) -> Path:
-        return checkpoints.save(self.engine, self.output_dir, self.step, self.identity, self.dims,
-                                self.config.run.save_total_limit, self.log)
+        return checkpoints.save(
+            self.engine,
+            self.output_dir,
+            self.step,
+            self.identity,
+            self.dims,
+            self.config.run.save_total_limit,
+            self.log,
+        )
 
     # --- the end -------------------------------------------------------------------------------
     def finish(self, train_time_s: float) -> FinalRecord:
@@ -327,8 +399,9 @@ class Trainer:
         self.after = self._evaluate("after")
         if run.export:
             self.export()
-        final = FinalRecord(self.step, train_time_s, self.last, self.before and self.before.record,
-                            self.after and self.after.record)
+        final = FinalRecord(
+            self.step, train_time_s, self.last, self.before and self.before.record, self.after and self.after.record
+        )
         self.reporter.log(final, console=False)
         if self.dims.is_main:
             print_summary(self.before, self.after, self.data.eval_rows, self.log)
@@ -341,7 +414,7 @@ class Trainer:
         state = ds.full_state_dict(self.engine, self.objective, self._zero3 or self.dims.tp > 1, self.dims.is_main)
         if self.dims.is_main:
             prefix = "lm."
-            state = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+            state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
             drop_tied_copies(self.objective.lm, state)
             target = self.output_dir / "final"
             save_hf(self.objective.lm, state, self.tokenizer, target, {"del_recipe.yaml": config_to_yaml(self.config)})

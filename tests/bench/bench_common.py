@@ -11,13 +11,15 @@ Peak memory of one call, as the increase above what is held just before it:
   system when freed. It also makes every such allocation fault its pages in anew, which slows
   CPU timings: scripts whose point is memory call it, timing-first scripts do not.
 """
+
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import random
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import psutil
 import torch
@@ -29,10 +31,10 @@ M_MMAP_THRESHOLD = -3
 
 def track_rss_precisely() -> None:
     """Serve allocations over 64 KiB by their own mappings, returned to the system when freed."""
-    try:
+    # Not glibc: the call fails and RSS-based CPU peaks may overstate chunked computations.
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 64 * 1024)
-    except OSError:  # not glibc: RSS-based CPU peaks may overstate chunked computations
-        pass
+
 
 Step = Callable[[], None]
 QWEN2_VOCAB = DigitVocab(digit_ids=tuple(range(15, 25)), point_id=13, name="qwen2")
@@ -41,7 +43,7 @@ DIGIT_FRACTION = 0.20
 IGNORE_FRACTION = 0.05
 POINT_PROBABILITY = 0.25  # chance that a number of >= 2 digits carries a point
 MAX_NUMBER_DIGITS = 6
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def make_labels(n_tokens: int, vocab_size: int, vocab: DigitVocab, rng: random.Random) -> torch.Tensor:
@@ -79,8 +81,8 @@ def _place_numbers(labels: list[int], in_number: list[bool], vocab: DigitVocab, 
         lo, hi = max(0, start - 1), min(n_tokens, start + len(tokens) + 1)
         if any(in_number[lo:hi]):
             continue
-        labels[start:start + len(tokens)] = tokens
-        in_number[start:start + len(tokens)] = [True] * len(tokens)
+        labels[start : start + len(tokens)] = tokens
+        in_number[start : start + len(tokens)] = [True] * len(tokens)
         remaining -= sum(token != vocab.point_id for token in tokens)
 
 
@@ -143,5 +145,3 @@ def release_memory(device: torch.device) -> None:
 
 def int_list(text: str) -> list[int]:
     return [int(part) for part in text.replace(",", " ").split()]
-
-

@@ -20,6 +20,7 @@ held before (hidden, weight, labels). Targets (project issue): at N = 8192, chun
 <= 0.2x the memory of naive CE+DEL and <= 1.1x its time. The last line reads
 ``RESULT N=8192 memory_ratio=<x> time_ratio=<y>`` (chunked over naive, CE+DEL).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,17 +32,27 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-
 from bench_common import (
-    IGNORE_INDEX, QWEN2_VOCAB, Step, int_list, make_labels, peak_mib, release_memory, synchronize, track_rss_precisely,
+    IGNORE_INDEX,
+    QWEN2_VOCAB,
+    Step,
+    int_list,
+    make_labels,
+    peak_mib,
+    release_memory,
+    synchronize,
+    track_rss_precisely,
 )
+
 from del_core import build_loss
 
 
 def make_inputs(n_tokens: int, args: argparse.Namespace):
     g = torch.Generator(device=args.device).manual_seed(args.seed)
     hidden = torch.randn(n_tokens, args.hidden, generator=g, device=args.device, dtype=args.dtype).requires_grad_(True)
-    weight = (0.02 * torch.randn(args.vocab, args.hidden, generator=g, device=args.device, dtype=args.dtype)).requires_grad_(True)
+    weight = (
+        0.02 * torch.randn(args.vocab, args.hidden, generator=g, device=args.device, dtype=args.dtype)
+    ).requires_grad_(True)
     labels = make_labels(n_tokens, args.vocab, QWEN2_VOCAB, random.Random(args.seed)).view(-1).to(args.device)
     return hidden, weight, labels
 
@@ -66,6 +77,7 @@ def steps(hidden, weight, labels, chunk_size: int) -> dict[str, Step]:
 
 def measure(step: Step, tensors, device, repeats: int, warmup: int) -> tuple[float, float]:
     """(median ms, peak MiB) over the timed calls."""
+
     def call():
         for t in tensors:
             t.grad = None
@@ -109,7 +121,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     if args.device.type == "cpu":
         track_rss_precisely()
-    print(f"device={args.device} dtype={args.dtype} V={args.vocab} H={args.hidden} chunk={args.chunk_size}", file=sys.stderr)
+    print(
+        f"device={args.device} dtype={args.dtype} V={args.vocab} H={args.hidden} chunk={args.chunk_size}",
+        file=sys.stderr,
+    )
     rows = []
     for n in args.tokens:
         hidden, weight, labels = make_inputs(n, args)

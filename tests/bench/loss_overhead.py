@@ -35,6 +35,7 @@ time_ratio and mem_ratio relative to CE at the same V and N, time_vs_mle relativ
 row, i.e. the cost of the auxiliary term alone, peak_MiB) on stdout; ``--json PATH``
 also writes the rows as JSON.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,8 +50,8 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-
 from bench_common import IGNORE_INDEX, QWEN2_VOCAB, Step, int_list, make_labels, peak_mib, release_memory, synchronize
+
 from del_core import LOSS_NAMES, build_loss
 
 BASELINE = "CE"
@@ -161,13 +162,17 @@ def bench_config(vocab_size: int, n_tokens: int, args: argparse.Namespace) -> li
     try:
         times = interleaved_times_ms(steps, logits, args.repeats, args.warmup)
     except torch.cuda.OutOfMemoryError:
-        times = {name: math.nan for name in steps}
+        times = dict.fromkeys(steps, math.nan)
     dtype = str(logits.dtype).replace("torch.", "")
     rows = []
     for name, step in steps.items():
         peak = measure_peak(name, step, logits)
         rows.append(Row(vocab_size, n_tokens, name, times[name], peak, device=str(logits.device), dtype=dtype))
-        print(f"V={vocab_size:>6} N={n_tokens:>5} {name:<8} {times[name]:10.2f} ms {peak:10.1f} MiB", file=sys.stderr, flush=True)
+        print(
+            f"V={vocab_size:>6} N={n_tokens:>5} {name:<8} {times[name]:10.2f} ms {peak:10.1f} MiB",
+            file=sys.stderr,
+            flush=True,
+        )
     add_ratios(rows)
     del steps, logits, labels
     release_memory(args.device)
@@ -206,7 +211,9 @@ def markdown_table(rows: list[Row]) -> str:
 
 def json_row(row: Row) -> dict:
     """The row as a dict, NaN (out of memory, zero baseline) written as null."""
-    return {key: None if isinstance(value, float) and math.isnan(value) else value for key, value in asdict(row).items()}
+    return {
+        key: None if isinstance(value, float) and math.isnan(value) else value for key, value in asdict(row).items()
+    }
 
 
 # --- command line ------------------------------------------------------------------------------
@@ -220,15 +227,31 @@ def _name_list(text: str) -> list[str]:
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vocab-sizes", type=int_list, default=[151936, 32000], help="comma-separated V (default: 151936,32000)")
-    parser.add_argument("--tokens", type=int_list, default=[1024, 2048, 4096, 8192], help="comma-separated N (default: 1024,2048,4096,8192)")
-    parser.add_argument("--losses", type=_name_list, default=list(LOSS_NAMES), help=f"comma-separated (default: {','.join(LOSS_NAMES)})")
+    parser.add_argument(
+        "--vocab-sizes", type=int_list, default=[151936, 32000], help="comma-separated V (default: 151936,32000)"
+    )
+    parser.add_argument(
+        "--tokens",
+        type=int_list,
+        default=[1024, 2048, 4096, 8192],
+        help="comma-separated N (default: 1024,2048,4096,8192)",
+    )
+    parser.add_argument(
+        "--losses", type=_name_list, default=list(LOSS_NAMES), help=f"comma-separated (default: {','.join(LOSS_NAMES)})"
+    )
     parser.add_argument("--repeats", type=int, default=10, help="timed calls per measurement (median reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default=None, help="logits dtype (default: bfloat16 on cuda, float32 on cpu)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="logits dtype (default: bfloat16 on cuda, float32 on cpu)",
+    )
     parser.add_argument("--emo-hidden", type=int, default=1536, help="hidden size H of EMO's [V, H] cost embedding")
-    parser.add_argument("--no-validate", action="store_true", help="build the losses with validate=False (no host syncs)")
+    parser.add_argument(
+        "--no-validate", action="store_true", help="build the losses with validate=False (no host syncs)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON to PATH")
     args = parser.parse_args(argv)
@@ -243,7 +266,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
-    print(f"device={args.device} dtype={args.dtype} repeats={args.repeats} warmup={args.warmup}", file=sys.stderr, flush=True)
+    print(
+        f"device={args.device} dtype={args.dtype} repeats={args.repeats} warmup={args.warmup}",
+        file=sys.stderr,
+        flush=True,
+    )
     rows: list[Row] = []
     for vocab_size in args.vocab_sizes:
         for n_tokens in args.tokens:

@@ -24,8 +24,18 @@ sys.meta_path.insert(0, Block())
 """
 
 
-@pytest.mark.parametrize("module", ["del_core", "del_core.losses", "del_core.parallel", "del_core.data",
-                                    "del_core.config", "del_core.models", "del_core.training"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "del_core",
+        "del_core.losses",
+        "del_core.parallel",
+        "del_core.data",
+        "del_core.config",
+        "del_core.models",
+        "del_core.training",
+    ],
+)
 def test_imports_without_deepspeed(module):
     code = BLOCK_DEEPSPEED + f"import {module}\nassert 'deepspeed' not in sys.modules\nprint('ok')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -49,13 +59,17 @@ def _imports(path: Path) -> set[str]:
 
 
 def _modules_importing(prefix: str) -> list[str]:
-    return sorted(str(p.relative_to(REPO)) for p in PACKAGE.rglob("*.py")
-                  if any(name == prefix or name.startswith(prefix + ".") for name in _imports(p)))
+    return sorted(
+        str(p.relative_to(REPO))
+        for p in PACKAGE.rglob("*.py")
+        if any(name == prefix or name.startswith(prefix + ".") for name in _imports(p))
+    )
 
 
 def test_torch_distributed_only_in_the_parallel_layer():
-    assert all(path.startswith("del_core/parallel/") for path in _modules_importing("torch.distributed")), \
+    assert all(path.startswith("del_core/parallel/") for path in _modules_importing("torch.distributed")), (
         _modules_importing("torch.distributed")
+    )
 
 
 def test_deepspeed_only_in_the_training_engine():
@@ -74,9 +88,13 @@ def _functions(path: Path):
 
 
 def test_no_function_is_over_80_lines():
-    long = [f"{p.relative_to(REPO)}:{line} {name} ({n} lines)"
-            for root in (PACKAGE, REPO / "recipes") for p in root.rglob("*.py")
-            for name, line, n in _functions(p) if n > MAX_FUNCTION_LINES]
+    long = [
+        f"{p.relative_to(REPO)}:{line} {name} ({n} lines)"
+        for root in (PACKAGE, REPO / "recipes")
+        for p in root.rglob("*.py")
+        for name, line, n in _functions(p)
+        if n > MAX_FUNCTION_LINES
+    ]
     assert not long, long
 
 

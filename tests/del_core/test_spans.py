@@ -1,12 +1,12 @@
 """Number spans and place values: the spec's table, edge cases, and a property test against a slow
 obvious reference written here."""
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from del_core import DigitVocab, number_spans
-
+from del_core import number_spans
 from helpers.toy_vocab import DIGITS, OTHER, POINT, VOCAB, encode
 
 

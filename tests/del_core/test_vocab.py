@@ -1,10 +1,11 @@
 """Digit vocabularies found from the six real tokenizers, checked by encoding real text."""
+
 import pytest
 import torch
 
-from helpers.shared import MULTI_DIGIT_VOCABS, SINGLE_DIGIT_VOCABS, real_tokenizer
 from del_core import DigitVocab, MultiDigitVocabularyError, build_loss, number_spans
 from del_core.vocab import MULTI_DIGIT, SINGLE_DIGIT
+from helpers.shared import MULTI_DIGIT_VOCABS, SINGLE_DIGIT_VOCABS, real_tokenizer
 
 
 def _encode_alone(tokenizer, char):

@@ -4,6 +4,7 @@ Each scenario computes, on this rank's vocabulary slice, a loss from sharded log
 hidden states with a vocab-parallel LM head, and records the loss, the gradient of the local
 logit columns / weight rows, and the (all-reduced) gradient of the hidden states.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,11 @@ def run_scenario(sc, group=None):
             out = loss_fn(local, labels, vocab_slice=vslice)
         out.loss.backward()
         result[(name, "logits")] = {
-            "loss": out.loss.item(), "aux": out.aux.item(), "grad": local.grad,
-            "bytes": counter.bytes, "calls": counter.calls,
+            "loss": out.loss.item(),
+            "aux": out.aux.item(),
+            "grad": local.grad,
+            "bytes": counter.bytes,
+            "calls": counter.calls,
             "metrics": {k: v.item() for k, v in out.metrics.items()},
         }
         head = VocabParallelLMHead.from_full_weight(weight, group)

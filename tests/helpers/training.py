@@ -1,4 +1,5 @@
 """Running recipes/train.py in subprocesses (1 process, or torchrun with N) for the training tests."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,9 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "recipes" / "train.py"
 
 
-def make_tiny_qwen2(directory: Path, tokenizer, kv_heads: int = 2, hidden: int = 32, layers: int = 2,
-                    heads: int = 4) -> Path:
+def make_tiny_qwen2(
+    directory: Path, tokenizer, kv_heads: int = 2, hidden: int = 32, layers: int = 2, heads: int = 4
+) -> Path:
     """A random-initialised Qwen2 (default 2 layers, hidden 32) with the real Qwen2 tokenizer
     (151,936 rows), saved as a Hugging Face directory."""
     import torch
@@ -22,9 +24,16 @@ def make_tiny_qwen2(directory: Path, tokenizer, kv_heads: int = 2, hidden: int =
 
     torch.manual_seed(0)
     config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=512, tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
     )
     Qwen2ForCausalLM(config).save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
@@ -35,22 +44,41 @@ def tiny_run(model: Path, cache_dir: Path, **extra) -> dict:
     """The overrides of a 3-step DEL run of ``model`` on 40 synthetic problems (global batch 8 =
     micro 2 x ...), lr 1e-3 without warm-up, no held-out set, no export; ``extra`` on top."""
     return {
-        "model": str(model), "data": "synthetic:40", "data.eval_size": 0, "data.max_length": 128,
-        "run.global_batch_size": 8, "run.micro_batch_size": 2, "run.max_steps": 3, "optimizer.lr": 1e-3,
-        "optimizer.warmup_ratio": 0.0, "run.report_to": "jsonl", "model.gradient_checkpointing": "false",
-        "run.seed": 3, "loss": "del", "run.export": "false", "model.cache_dir": str(cache_dir), **extra,
+        "model": str(model),
+        "data": "synthetic:40",
+        "data.eval_size": 0,
+        "data.max_length": 128,
+        "run.global_batch_size": 8,
+        "run.micro_batch_size": 2,
+        "run.max_steps": 3,
+        "optimizer.lr": 1e-3,
+        "optimizer.warmup_ratio": 0.0,
+        "run.report_to": "jsonl",
+        "model.gradient_checkpointing": "false",
+        "run.seed": 3,
+        "loss": "del",
+        "run.export": "false",
+        "model.cache_dir": str(cache_dir),
+        **extra,
     }
 
 
-def run_train(nproc: int, overrides: dict, timeout: int = 300, expect_rc: int = 0, recipe=None) -> subprocess.CompletedProcess:
+def run_train(
+    nproc: int, overrides: dict, timeout: int = 300, expect_rc: int = 0, recipe=None
+) -> subprocess.CompletedProcess:
     """``recipes/train.py [recipe] key=value ...``; one plain process when nproc == 1, else torchrun."""
     args = ([str(recipe)] if recipe else []) + [f"{k}={v}" for k, v in overrides.items() if k != "recipe"]
     if nproc == 1:
         command = [sys.executable, str(TRAIN), *args]
     else:
         command = [
-            sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={nproc}",
-            f"--master_port={free_port()}", str(TRAIN), *args,
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={nproc}",
+            f"--master_port={free_port()}",
+            str(TRAIN),
+            *args,
         ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)

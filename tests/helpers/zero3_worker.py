@@ -1,5 +1,6 @@
 """Worker of tests/test_zero3_chunked.py: a tiny LM trained for a few steps under DeepSpeed ZeRO-3
 (CPU, gloo) with the chunked loss reading the partitioned LM-head weight."""
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,12 @@ def reference_losses() -> list[float]:
 
 def worker(rank: int, world: int, port: int, out_dir: str) -> None:
     os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DS_ACCELERATOR="cpu",
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        DS_ACCELERATOR="cpu",
     )
     torch.set_num_threads(1)
     import deepspeed
@@ -77,9 +82,7 @@ def worker(rank: int, world: int, port: int, out_dir: str) -> None:
     with deepspeed.zero.Init(config_dict_or_path=config):
         model = TinyLM(zero3=True)
     partitioned = model.lm_head.weight.numel() == 0
-    engine, *_ = deepspeed.initialize(
-        model=model, optimizer=torch.optim.SGD(model.parameters(), lr=LR), config=config
-    )
+    engine, *_ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=LR), config=config)
     x, labels = batch()  # the same batch on every rank: the averaged gradient is the single one
     losses = []
     for _ in range(STEPS):

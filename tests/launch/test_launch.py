@@ -1,6 +1,7 @@
 """launch/ and docker/: the scripts lint clean, print the right per-node commands, and really launch
 (a 2-"node" slurm job with fake srun/scontrol on loopback, the single-node launcher on CPU, a stop
 signal that checkpoints)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,13 @@ import pytest
 from helpers.shared import real_tokenizer
 from helpers.training import REPO, free_port, make_tiny_qwen2, records
 
-SCRIPTS = [REPO / "launch" / "train.sh", REPO / "launch" / "docker.sh", REPO / "launch" / "slurm" / "train.sbatch",
-           REPO / "launch" / "slurm" / "node.sh", REPO / "tests" / "fake_slurm" / "scancel"]
+SCRIPTS = [
+    REPO / "launch" / "train.sh",
+    REPO / "launch" / "docker.sh",
+    REPO / "launch" / "slurm" / "train.sbatch",
+    REPO / "launch" / "slurm" / "node.sh",
+    REPO / "tests" / "fake_slurm" / "scancel",
+]
 FAKE_SLURM = REPO / "tests" / "fake_slurm"
 BIN = Path(sys.executable).parent
 
@@ -37,8 +43,11 @@ def test_shell_scripts_are_shellcheck_clean():
 
 
 def test_dockerfile_is_hadolint_clean():
-    proc = subprocess.run([_tool("hadolint"), "--config", str(REPO / ".hadolint.yaml"), str(REPO / "docker" / "Dockerfile")],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [_tool("hadolint"), "--config", str(REPO / ".hadolint.yaml"), str(REPO / "docker" / "Dockerfile")],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -55,9 +64,14 @@ def test_dockerfile_installs_the_pinned_stack():
 def _slurm_env(tmp_path: Path, nodes: int, nodelist: str, **extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(
-        PATH=f"{FAKE_SLURM}:{BIN}:{env['PATH']}", FAKE_SLURM_LOG=str(tmp_path / "slurm.log"),
-        SLURM_JOB_NODELIST=nodelist, SLURM_JOB_NUM_NODES=str(nodes), SLURM_JOB_ID="4242",
-        SLURM_JOB_NAME="del-test", PYTHON=sys.executable, **extra,
+        PATH=f"{FAKE_SLURM}:{BIN}:{env['PATH']}",
+        FAKE_SLURM_LOG=str(tmp_path / "slurm.log"),
+        SLURM_JOB_NODELIST=nodelist,
+        SLURM_JOB_NUM_NODES=str(nodes),
+        SLURM_JOB_ID="4242",
+        SLURM_JOB_NAME="del-test",
+        PYTHON=sys.executable,
+        **extra,
     )
     return env
 
@@ -65,33 +79,52 @@ def _slurm_env(tmp_path: Path, nodes: int, nodelist: str, **extra) -> dict:
 @pytest.mark.parametrize("nodes, nodelist", [(1, "gpu07"), (2, "gpu[01-02]"), (16, "gpu[01-16]")])
 def test_slurm_dry_run_prints_every_node_command(tmp_path, nodes, nodelist):
     env = _slurm_env(tmp_path, nodes, nodelist, DRY_RUN="1", GPUS_PER_NODE="8")
-    proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "recipes/configs/qwen2.5-7b.yaml",
-                           "loss=mle"], env=env, capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "recipes/configs/qwen2.5-7b.yaml", "loss=mle"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == nodes
     for rank, line in enumerate(lines):
         host = f"gpu{rank + 1:02d}" if nodes > 1 else "gpu07"
         prefix = f"node {rank} ({host}): "
         assert line.startswith(prefix)
-        argv = shlex.split(line[len(prefix):])
+        argv = shlex.split(line[len(prefix) :])
         assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
         opts = dict(zip(argv[3:13:2], argv[4:13:2]))
         assert opts == {
-            "--nnodes": str(nodes), "--node_rank": str(rank), "--nproc_per_node": "8",
-            "--master_addr": "gpu01" if nodes > 1 else "gpu07", "--master_port": str(20000 + 4242),
+            "--nnodes": str(nodes),
+            "--node_rank": str(rank),
+            "--nproc_per_node": "8",
+            "--master_addr": "gpu01" if nodes > 1 else "gpu07",
+            "--master_port": str(20000 + 4242),
         }
-        assert argv[13:] == [str(REPO / "recipes" / "train.py"), "recipes/configs/qwen2.5-7b.yaml", "loss=mle",
-                             "run.resume=auto", "run.output_dir=runs/del-test"]
+        assert argv[13:] == [
+            str(REPO / "recipes" / "train.py"),
+            "recipes/configs/qwen2.5-7b.yaml",
+            "loss=mle",
+            "run.resume=auto",
+            "run.output_dir=runs/del-test",
+        ]
 
 
 def test_slurm_dry_run_user_keys_win_and_bad_nodelist_is_named(tmp_path):
     env = _slurm_env(tmp_path, 2, "gpu[01-02]", DRY_RUN="1")
-    proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml", "resume=no"],
-                          env=env, capture_output=True, text=True, check=True)
+    proc = subprocess.run(
+        ["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml", "resume=no"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert proc.stdout.splitlines()[0].endswith("run.resume=auto run.output_dir=runs/del-test resume=no ")
     env = _slurm_env(tmp_path, 3, "gpu[01-02]", DRY_RUN="1")
-    proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml"], env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml"], env=env, capture_output=True, text=True
+    )
     assert proc.returncode == 2 and "expands to 2 hosts, but the job has 3 nodes" in proc.stderr
 
 
@@ -101,20 +134,45 @@ def tiny_model(tmp_path_factory) -> Path:
 
 
 def _overrides(tiny_model: Path, tmp_path: Path, **extra) -> list[str]:
-    values = {"model": tiny_model, "data": "synthetic:16", "data.eval_size": 0, "data.max_length": 96,
-              "run.global_batch_size": 4, "run.micro_batch_size": 1, "run.max_steps": 2, "optimizer.lr": 1e-3,
-              "run.report_to": "jsonl", "model.gradient_checkpointing": "false", "run.export": "false",
-              "parallel.zero_stage": 3, "model.cache_dir": tmp_path / "cache"}
+    values = {
+        "model": tiny_model,
+        "data": "synthetic:16",
+        "data.eval_size": 0,
+        "data.max_length": 96,
+        "run.global_batch_size": 4,
+        "run.micro_batch_size": 1,
+        "run.max_steps": 2,
+        "optimizer.lr": 1e-3,
+        "run.report_to": "jsonl",
+        "model.gradient_checkpointing": "false",
+        "run.export": "false",
+        "parallel.zero_stage": 3,
+        "model.cache_dir": tmp_path / "cache",
+    }
     values.update({f"run.{k}" if k in ("output_dir", "max_steps") else k: v for k, v in extra.items()})
     return [f"{k}={v}" for k, v in values.items()]
 
 
 def test_slurm_job_with_two_nodes_forms_one_world(tiny_model, tmp_path):
     out = tmp_path / "run"
-    env = _slurm_env(tmp_path, 2, "localhost,localhost", GPUS_PER_NODE="0", CPU_PROCS_PER_NODE="1",
-                     OUTPUT_DIR=str(out), MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    proc = subprocess.run(["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), *_overrides(tiny_model, tmp_path)],
-                          env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    env = _slurm_env(
+        tmp_path,
+        2,
+        "localhost,localhost",
+        GPUS_PER_NODE="0",
+        CPU_PROCS_PER_NODE="1",
+        OUTPUT_DIR=str(out),
+        MASTER_PORT=str(free_port()),
+        OMP_NUM_THREADS="1",
+    )
+    proc = subprocess.run(
+        ["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), *_overrides(tiny_model, tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert (tmp_path / "slurm.log").read_text().startswith("srun 2 ")
     logs = {n: (out / "logs" / f"node{n}.log").read_text() for n in (0, 1)}
@@ -130,12 +188,31 @@ def test_slurm_job_with_two_nodes_forms_one_world(tiny_model, tmp_path):
 def test_single_node_launcher_on_cpu(tiny_model, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "DEVICE": "cpu", "NPROC": "2", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
-    dry = subprocess.run(["bash", str(REPO / "launch" / "train.sh"), "r.yaml", "loss=mle"], env={**env, "DRY_RUN": "1"},
-                         capture_output=True, text=True, check=True)
-    assert shlex.split(dry.stdout) == [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                       "--nproc_per_node", "2", str(REPO / "recipes" / "train.py"), "r.yaml", "loss=mle"]
-    proc = subprocess.run(["bash", str(REPO / "launch" / "train.sh"), *_overrides(tiny_model, tmp_path, output_dir=out)],
-                          env=env, capture_output=True, text=True, timeout=300)
+    dry = subprocess.run(
+        ["bash", str(REPO / "launch" / "train.sh"), "r.yaml", "loss=mle"],
+        env={**env, "DRY_RUN": "1"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shlex.split(dry.stdout) == [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(REPO / "recipes" / "train.py"),
+        "r.yaml",
+        "loss=mle",
+    ]
+    proc = subprocess.run(
+        ["bash", str(REPO / "launch" / "train.sh"), *_overrides(tiny_model, tmp_path, output_dir=out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "[run] 2 rank(s) on CPU" in proc.stdout and [r["step"] for r in records(out)] == [1, 2]
 
@@ -144,16 +221,34 @@ def test_docker_launcher_dry_run(tmp_path):
     recipe = tmp_path / "mine.yaml"
     recipe.write_text("loss: del\n")
     (tmp_path / "data").mkdir()
-    env = {**os.environ, "DRY_RUN": "1", "IMAGE": "del-train:test", "RUNS_DIR": "/scratch/runs",
-           "DATA_DIR": str(tmp_path / "data"), "HF_CACHE": "/hf", "DEL_CACHE": "/dc", "NPROC": "4"}
-    proc = subprocess.run(["bash", str(REPO / "launch" / "docker.sh"), str(recipe), "optimizer.lr=1e-5"], env=env,
-                          capture_output=True, text=True, check=True)
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "IMAGE": "del-train:test",
+        "RUNS_DIR": "/scratch/runs",
+        "DATA_DIR": str(tmp_path / "data"),
+        "HF_CACHE": "/hf",
+        "DEL_CACHE": "/dc",
+        "NPROC": "4",
+    }
+    proc = subprocess.run(
+        ["bash", str(REPO / "launch" / "docker.sh"), str(recipe), "optimizer.lr=1e-5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     argv = shlex.split(proc.stdout)
     assert argv[:3] == ["docker", "run", "--rm"] and "--ipc=host" in argv
     assert argv[argv.index("--gpus") + 1] == "all"
     mounts = [argv[i + 1] for i, a in enumerate(argv) if a == "-v"]
-    assert mounts == ["/scratch/runs:/runs", "/hf:/cache/huggingface", "/dc:/cache/del_core",
-                      f"{tmp_path / 'data'}:/data:ro", f"{tmp_path}:/recipe:ro"]
+    assert mounts == [
+        "/scratch/runs:/runs",
+        "/hf:/cache/huggingface",
+        "/dc:/cache/del_core",
+        f"{tmp_path / 'data'}:/data:ro",
+        f"{tmp_path}:/recipe:ro",
+    ]
     assert argv[-4:] == ["del-train:test", "/recipe/mine.yaml", "run.output_dir=/runs/mine", "optimizer.lr=1e-5"]
     assert argv[argv.index("-e") + 1] == "NPROC"
 
@@ -163,9 +258,17 @@ def test_stop_signal_checkpoints_and_marks_the_run_stopped(tiny_model, tmp_path)
     checkpoint is written, run_status.json says stopped, the process exits 0."""
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu"}
-    proc = subprocess.Popen([sys.executable, str(REPO / "recipes" / "train.py"),
-                             *_overrides(tiny_model, tmp_path, output_dir=out, max_steps=500, data="synthetic:64")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(REPO / "recipes" / "train.py"),
+            *_overrides(tiny_model, tmp_path, output_dir=out, max_steps=500, data="synthetic:64"),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     metrics = out / "metrics.jsonl"
     deadline = time.time() + 240
     while time.time() < deadline and not (metrics.exists() and records(out)):

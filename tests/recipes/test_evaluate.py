@@ -1,5 +1,6 @@
 """recipes/evaluate.py end to end: a tiny random Qwen2 model (real Qwen2 tokenizer) on 5 questions of
 every benchmark on CPU, and the --score-only command line."""
+
 import json
 import subprocess
 import sys
@@ -26,9 +27,27 @@ def tiny_model_dir(tmp_path_factory):
 
 def test_tiny_model_runs_every_benchmark_end_to_end(tiny_model_dir, data_dir, tmp_path, capsys):
     out_dir = tmp_path / "eval"
-    config = load_eval_config([str(tiny_model_dir), "--data-dir", str(data_dir), "--limit", "5", "--backend", "hf",
-                               "--max-new-tokens", "8", "--batch-size", "8", "--threads", "2", "--workers", "2",
-                               "--output-dir", str(out_dir)])
+    config = load_eval_config(
+        [
+            str(tiny_model_dir),
+            "--data-dir",
+            str(data_dir),
+            "--limit",
+            "5",
+            "--backend",
+            "hf",
+            "--max-new-tokens",
+            "8",
+            "--batch-size",
+            "8",
+            "--threads",
+            "2",
+            "--workers",
+            "2",
+            "--output-dir",
+            str(out_dir),
+        ]
+    )
     code = run(config)
     assert code == 0
     rows = [json.loads(line) for line in (out_dir / "predictions.jsonl").read_text().splitlines()]
@@ -49,7 +68,8 @@ def test_tiny_model_runs_every_benchmark_end_to_end(tiny_model_dir, data_dir, tm
                 assert row["prompt"] == format_prompt(record.question)
     first = rows[0]["prompt"] if rows[0]["mode"] == "pot" else rows[0]["program_attempt"]["prompt"]
     assert first.startswith("Below is an instruction that describes a task.") and first.endswith(
-        "Let's write a program.\n\n### Response:\n")
+        "Let's write a program.\n\n### Response:\n"
+    )
     assert set(summary["benchmarks"]) == set(BENCHMARKS)
     for name, stats in summary["benchmarks"].items():
         mine = [r for r in rows if r["benchmark"] == name]
@@ -65,8 +85,21 @@ def test_tiny_model_runs_every_benchmark_end_to_end(tiny_model_dir, data_dir, tm
 def _score_only(tmp_path, rows, data_dir):
     pred, out = tmp_path / "pred.jsonl", tmp_path / "out.jsonl"
     pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    done = subprocess.run([sys.executable, str(REPO / "recipes" / "evaluate.py"), "--score-only", str(pred),
-                           "--data-dir", str(data_dir), "--output", str(out)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "recipes" / "evaluate.py"),
+            "--score-only",
+            str(pred),
+            "--data-dir",
+            str(data_dir),
+            "--output",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return done, out
 
 
@@ -91,7 +124,12 @@ def test_score_only_command_line(tmp_path, data_dir):
     assert all(r[k] == row[k] for r, row in zip(scored, rows) for k in row)
     benchmarks = summary["benchmarks"]
     assert {k: (v["n"], v["correct"], v["unanswered"]) for k, v in benchmarks.items()} == {
-        "gsm8k": (3, 2, 0), "math": (2, 1, 0), "simuleq": (1, 1, 0), "aqua": (1, 0, 1), "mmlu_mathematics": (1, 1, 0)}
+        "gsm8k": (3, 2, 0),
+        "math": (2, 1, 0),
+        "simuleq": (1, 1, 0),
+        "aqua": (1, 0, 1),
+        "mmlu_mathematics": (1, 1, 0),
+    }
     assert summary["mACC"] == pytest.approx((2 / 3 + 1 / 2 + 1 + 0 + 1) / 5)
     numeric = summary["numeric"]  # pairs: (18,18) (4,3) (3,3) (15,15) (9/7,9/7) (3,2)
     assert numeric["n"] == 6 and numeric["mae"] == pytest.approx(2 / 6)
@@ -99,8 +137,11 @@ def test_score_only_command_line(tmp_path, data_dir):
 
 
 def test_score_only_names_the_bad_row(tmp_path, data_dir):
-    done, _ = _score_only(tmp_path, [{"benchmark": "gsm8k", "index": 0, "output": "1"},
-                                     {"benchmark": "gsm8k", "index": 5000, "output": "1"}], data_dir)
+    done, _ = _score_only(
+        tmp_path,
+        [{"benchmark": "gsm8k", "index": 0, "output": "1"}, {"benchmark": "gsm8k", "index": 5000, "output": "1"}],
+        data_dir,
+    )
     assert done.returncode == 2
     assert "pred.jsonl line 2: field 'index' is 5000, but gsm8k has 1319 questions (0..1318)" in done.stderr
     done, _ = _score_only(tmp_path, [{"benchmark": "gsm8k", "output": "1"}], data_dir)
@@ -117,7 +158,8 @@ def test_score_only_names_the_bad_row(tmp_path, data_dir):
     ],
 )
 def test_bad_options_are_one_line_errors(args, message):
-    done = subprocess.run([sys.executable, str(REPO / "recipes" / "evaluate.py"), *args], capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "recipes" / "evaluate.py"), *args], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: ") and message in done.stderr

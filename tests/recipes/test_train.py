@@ -3,6 +3,7 @@ Qwen2 tokenizer, 2 processes unless said otherwise.
 
 Each run costs ~15-30 s (process start-up, imports, DeepSpeed initialisation); the module runs 10.
 """
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers.shared import real_tokenizer
 from del_core.training.records import read_metrics
+from helpers.shared import real_tokenizer
 from helpers.training import make_tiny_qwen2, records, run_train, tiny_run, train_losses
 
 RTOL = 1e-5  # fp32 round-off between different reduction orders
@@ -46,8 +47,14 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
     """ZeRO-3, gradient checkpointing on: same losses as ZeRO-2; the exported HF model reloads and
     gives the held-out CE that training measured with the engine's final weights."""
     out = tmp_path / "run"
-    overrides = {**base, "parallel.zero_stage": 3, "model.gradient_checkpointing": "true", "run.export": "true",
-                 "data.eval_size": 6, "run.output_dir": out}
+    overrides = {
+        **base,
+        "parallel.zero_stage": 3,
+        "model.gradient_checkpointing": "true",
+        "run.export": "true",
+        "data.eval_size": 6,
+        "run.output_dir": out,
+    }
     proc = run_train(2, overrides)
     _close(train_losses(out), reference)
 
@@ -76,8 +83,17 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
     tokenizer = load_tokenizer(out / "final")
     config = load_train_config(None, [f"{k}={v}" for k, v in overrides.items()])
     data = config.data
-    examples = prepare_training_data(data.source, data.split, data.eval_source, data.eval_size, data.max_length,
-                                     data.packing, config.run.seed, tokenizer, lambda *_: None).eval_examples
+    examples = prepare_training_data(
+        data.source,
+        data.split,
+        data.eval_source,
+        data.eval_size,
+        data.max_length,
+        data.packing,
+        config.run.seed,
+        tokenizer,
+        lambda *_: None,
+    ).eval_examples
     batch = collate(examples, tokenizer.eos_token_id)
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
@@ -89,7 +105,9 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
 def test_zero3_chunked_loss_matches(base, reference, tmp_path):
     """The chunked loss (hidden states + gathered LM-head weight, never full logits) under ZeRO-3."""
     out = tmp_path / "run"
-    run_train(2, {**base, "parallel.zero_stage": 3, "loss.path": "chunked", "loss.chunk_size": 37, "run.output_dir": out})
+    run_train(
+        2, {**base, "parallel.zero_stage": 3, "loss.path": "chunked", "loss.chunk_size": 37, "run.output_dir": out}
+    )
     _close(train_losses(out), reference)
 
 
@@ -124,7 +142,13 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(base, tmp_path):
     """6 steps straight vs 3 steps + checkpoint, an abrupt exit in step 4, resume=auto (with a
     half-written checkpoint directory lying around): steps 4-6 have identical losses."""
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
-    common = {**base, "parallel.zero_stage": 3, "run.max_steps": 6, "data": "synthetic:24", "optimizer.warmup_ratio": 0.2}
+    common = {
+        **base,
+        "parallel.zero_stage": 3,
+        "run.max_steps": 6,
+        "data": "synthetic:24",
+        "optimizer.warmup_ratio": 0.2,
+    }
     run_train(2, {**common, "run.output_dir": straight})
     run_train(2, {**common, "run.output_dir": crashed, "run.save_every": 3, "run.fail_at_step": 4}, expect_rc=1)
     assert sorted(train_losses(crashed)) == [1, 2, 3]

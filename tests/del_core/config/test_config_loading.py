@@ -3,8 +3,6 @@ overrides, the deprecated flat keys, and errors that name the key and where it c
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from del_core.config import ConfigError, config_to_dict, split_command_line
@@ -28,8 +26,16 @@ def test_split_command_line_accepts_every_form():
 def test_recipe_then_dotted_overrides(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("loss: {name: del, weight: 0.256}\noptimizer: {lr: 1.0e-5}\nrun: {global_batch_size: 16}\n")
-    config = load_train_config(recipe, ["optimizer.lr=3e-6", "loss=ntl_was", "run.report_to=jsonl,wandb",
-                                        "loss.options={eta: 0.3}", "model.tokenizer="])
+    config = load_train_config(
+        recipe,
+        [
+            "optimizer.lr=3e-6",
+            "loss=ntl_was",
+            "run.report_to=jsonl,wandb",
+            "loss.options={eta: 0.3}",
+            "model.tokenizer=",
+        ],
+    )
     assert (config.loss.name, config.loss.weight, config.optimizer.lr) == ("ntl_was", 0.256, 3e-6)
     assert config.run.global_batch_size == 16 and config.run.report_to == ["jsonl", "wandb"]
     assert config.loss.options == {"eta": 0.3} and config.model.tokenizer is None
@@ -120,6 +126,10 @@ def test_every_training_recipe_loads_and_round_trips():
     assert set(RELEASED) | {"tiny"} <= set(names)
     for name in names:
         config = load_train_config(CONFIGS / f"{name}.yaml")
-        flat = [f"{section}.{key}={value}" for section, values in config_to_dict(config).items()
-                for key, value in values.items() if not isinstance(value, (dict, list)) and value is not None]
+        flat = [
+            f"{section}.{key}={value}"
+            for section, values in config_to_dict(config).items()
+            for key, value in values.items()
+            if not isinstance(value, (dict, list)) and value is not None
+        ]
         assert load_train_config(None, flat) == config

@@ -1,15 +1,16 @@
 """The training data pipeline on the real Qwen2 tokenizer: masking, EOS, truncation, packing,
 errors naming file and row."""
+
 import json
 
 import pytest
 import torch
 
-from helpers.shared import real_tokenizer
 from del_core import DigitVocab, number_spans
 from del_core.data import DataError, collate, encode, encode_all, load_rows, pack, shuffled
 from del_core.data.prompting import format_prompt
 from del_core.data.synthetic import make_problems
+from helpers.shared import real_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,11 @@ def test_load_rows_from_files_and_folders(tmp_path):
 @pytest.mark.parametrize(
     "content, suffix, message",
     [
-        ('{"instruction": "a", "output": "1"}\n{"instruction": "b"}\n', ".jsonl", r"b\.jsonl: row 2: field 'output' is missing"),
+        (
+            '{"instruction": "a", "output": "1"}\n{"instruction": "b"}\n',
+            ".jsonl",
+            r"b\.jsonl: row 2: field 'output' is missing",
+        ),
         ('{"instruction": "a", "output": "1"}\nnot json\n', ".jsonl", r"row 2: not valid JSON"),
         ('[{"instruction": "a", "output": 3}]', ".json", r"row 0: field 'output' must be text, got int"),
         ('[{"instruction": "a", "output": "  "}]', ".json", r"row 0: field 'output' is empty"),

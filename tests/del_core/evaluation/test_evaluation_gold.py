@@ -1,5 +1,6 @@
 """Every question of the seven benchmark files: its gold answer, written the ways a model writes it,
 scores 100%; a hand-made wrong answer scores 0%."""
+
 import contextlib
 import io
 
@@ -22,8 +23,11 @@ def gold_text(record) -> str:
 def written_answers(record):
     """The gold as a model writes it: plain, "The answer is X.", \\boxed{X}."""
     gold = gold_text(record)
-    return {"plain": gold, "answer is": f"Let me think step by step. The answer is {gold}.",
-            "boxed": f"So the final answer is $\\boxed{{{gold}}}$."}
+    return {
+        "plain": gold,
+        "answer is": f"Let me think step by step. The answer is {gold}.",
+        "boxed": f"So the final answer is $\\boxed{{{gold}}}$.",
+    }
 
 
 def gold_program(record) -> str:
@@ -76,8 +80,15 @@ def test_wrong_answers_score_zero(name, data_dir):
         wrong = wrong_answer(record)
         output = f"The answer is \\boxed{{{wrong}}}." if record.kind == "math" else f"The answer is {wrong}."
         answer = answer_from_text(output, record.kind, record.choices)
-        rows.append({"benchmark": name, "kind": record.kind, "answer": answer, "gold": record.gold,
-                     "correct": is_correct(answer, record)})
+        rows.append(
+            {
+                "benchmark": name,
+                "kind": record.kind,
+                "answer": answer,
+                "gold": record.gold,
+                "correct": is_correct(answer, record),
+            }
+        )
     summary = summarize(rows)["benchmarks"][name]
     assert (summary["n"], summary["correct"], summary["unanswered"]) == (ROWS[name], 0, 0)
 

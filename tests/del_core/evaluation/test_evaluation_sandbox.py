@@ -1,5 +1,6 @@
 """The sandbox of generated programs: every hostile program ends as a failed/limited result and the
 test process (the program's parent) survives."""
+
 import os
 import time
 import uuid
@@ -59,8 +60,10 @@ def test_write_to_the_real_home_directory_is_refused():
 
 
 def test_home_is_the_throwaway_directory_and_is_deleted():
-    code = ("import os\np = os.path.expanduser('~/note.txt')\nopen(p, 'w').write('kept')\n"
-            "print(os.environ['HOME'] == os.getcwd(), open(p).read(), os.getcwd())")
+    code = (
+        "import os\np = os.path.expanduser('~/note.txt')\nopen(p, 'w').write('kept')\n"
+        "print(os.environ['HOME'] == os.getcwd(), open(p).read(), os.getcwd())"
+    )
     result = run_program(code, LIMITS)
     same, text, workdir = result.stdout.split()
     assert result.ok and (same, text) == ("True", "kept")

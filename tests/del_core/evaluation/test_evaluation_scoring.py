@@ -1,4 +1,5 @@
 """Answer extraction, comparison rules, metrics and benchmark loading errors of del_core/evaluation."""
+
 import json
 
 import pytest
@@ -12,54 +13,111 @@ from del_core.evaluation.scoring import is_correct, summarize
 CHOICES = ("p = 4", "p = 8", "p = 12", "p = 24")
 
 
-@pytest.mark.parametrize("prediction, gold, expected", [
-    ("583.3333333333334", "583.3333", True), ("583.33334", "583.3333", True), ("583.33", "583.3333", False),
-    ("28.0833", "28.08", True), ("28.1", "28.08", False), ("18", "18", True), ("18.0", "18", True),
-    ("17.999999999999996", "18", True), ("17.6", "18", False), ("18.4", "18", False), ("2,125", "2125", True),
-    ("$1,600", "1600", True), ("25%", "25", True), ("1/2", "0.5", True), ("0.3333333333333333", "1/3", True),
-    ("0.3333", "1/3", False), ("53333.8", "266664/5", False), ("-4.5", "-4.5", True), ("4.5", "-4.5", False),
-    ("abc", "18", False), (None, "18", False),
-])
+@pytest.mark.parametrize(
+    "prediction, gold, expected",
+    [
+        ("583.3333333333334", "583.3333", True),
+        ("583.33334", "583.3333", True),
+        ("583.33", "583.3333", False),
+        ("28.0833", "28.08", True),
+        ("28.1", "28.08", False),
+        ("18", "18", True),
+        ("18.0", "18", True),
+        ("17.999999999999996", "18", True),
+        ("17.6", "18", False),
+        ("18.4", "18", False),
+        ("2,125", "2125", True),
+        ("$1,600", "1600", True),
+        ("25%", "25", True),
+        ("1/2", "0.5", True),
+        ("0.3333333333333333", "1/3", True),
+        ("0.3333", "1/3", False),
+        ("53333.8", "266664/5", False),
+        ("-4.5", "-4.5", True),
+        ("4.5", "-4.5", False),
+        ("abc", "18", False),
+        (None, "18", False),
+    ],
+)
 def test_numbers_match(prediction, gold, expected):
     assert numbers_match(prediction, gold) is expected
 
 
 def test_find_numbers_keeps_thousands_and_splits_lists():
     assert find_numbers("It costs $1,234.50, then 15, 9 and -3/4, .5, 1e-05 or \\frac{2}{3}; x2") == [
-        "1,234.50", "15", "9", "-3/4", ".5", "1e-05", "2/3"]
+        "1,234.50",
+        "15",
+        "9",
+        "-3/4",
+        ".5",
+        "1e-05",
+        "2/3",
+    ]
 
 
-@pytest.mark.parametrize("prediction, gold, expected", [
-    ("\\frac12", "0.5", True), ("\\dfrac{9}{7}", "\\frac{9}{7}", True), ("9/7", "\\frac{9}{7}", True),
-    ("\\sqrt2/2", "\\frac{\\sqrt{2}}{2}", True), ("2\\sqrt{3}", "\\sqrt{12}", True), ("x = 5", "5", True),
-    ("(1,2)", "(1, 2)", True), ("2, 1", "1,2", True), ("[1,2)", "[1,2]", False), ("10,080", "10080", True),
-    ("\\text{(C)}", "(C)", True), ("3+4i", "4i+3", True), ("x^2+2x+1", "(x+1)^2", True), ("5\\text{ cm}", "5", True),
-    ("90^\\circ", "90", True), ("\\pi/2", "\\frac{\\pi}{2}", True), ("2^{2005}+1", "2^{2005}", False),
-    ("3", "4", False), ("__import__('os').getcwd()", "1", False), (None, "1", False), ("", "1", False),
-])
+@pytest.mark.parametrize(
+    "prediction, gold, expected",
+    [
+        ("\\frac12", "0.5", True),
+        ("\\dfrac{9}{7}", "\\frac{9}{7}", True),
+        ("9/7", "\\frac{9}{7}", True),
+        ("\\sqrt2/2", "\\frac{\\sqrt{2}}{2}", True),
+        ("2\\sqrt{3}", "\\sqrt{12}", True),
+        ("x = 5", "5", True),
+        ("(1,2)", "(1, 2)", True),
+        ("2, 1", "1,2", True),
+        ("[1,2)", "[1,2]", False),
+        ("10,080", "10080", True),
+        ("\\text{(C)}", "(C)", True),
+        ("3+4i", "4i+3", True),
+        ("x^2+2x+1", "(x+1)^2", True),
+        ("5\\text{ cm}", "5", True),
+        ("90^\\circ", "90", True),
+        ("\\pi/2", "\\frac{\\pi}{2}", True),
+        ("2^{2005}+1", "2^{2005}", False),
+        ("3", "4", False),
+        ("__import__('os').getcwd()", "1", False),
+        (None, "1", False),
+        ("", "1", False),
+    ],
+)
 def test_math_equivalence(prediction, gold, expected):
     assert math_equivalent(prediction, gold) is expected
 
 
-@pytest.mark.parametrize("output, kind, expected", [
-    ("9 * 2 = 18. The answer is 18 dollars.", "number", "18"),
-    ("She makes 16 - 3 - 4 = 9 eggs, so 9 * 2 = 18", "number", "18"),
-    ("The answer is: $1,600.", "number", "$1,600"[1:]),
-    ("We get \\boxed{\\frac{9}{7}}.", "math", "\\frac{9}{7}"),
-    ("The answer is $\\frac{9}{7}$.", "math", "\\frac{9}{7}"),
-    ("\\frac{9}{7}", "math", "\\frac{9}{7}"),
-    ("The answer is 15 and 9.", "numbers", ["15", "9"]),
-    ("no number here", "number", None),
-])
+@pytest.mark.parametrize(
+    "output, kind, expected",
+    [
+        ("9 * 2 = 18. The answer is 18 dollars.", "number", "18"),
+        ("She makes 16 - 3 - 4 = 9 eggs, so 9 * 2 = 18", "number", "18"),
+        ("The answer is: $1,600.", "number", "$1,600"[1:]),
+        ("We get \\boxed{\\frac{9}{7}}.", "math", "\\frac{9}{7}"),
+        ("The answer is $\\frac{9}{7}$.", "math", "\\frac{9}{7}"),
+        ("\\frac{9}{7}", "math", "\\frac{9}{7}"),
+        ("The answer is 15 and 9.", "numbers", ["15", "9"]),
+        ("no number here", "number", None),
+    ],
+)
 def test_answer_from_text(output, kind, expected):
     assert answer_from_text(output, kind) == expected
 
 
-@pytest.mark.parametrize("output, expected", [
-    ("The answer is (C).", "C"), ("The answer is C: p = 12", "C"), ("The answer is p = 12.", "C"),
-    ("The answer is $\\boxed{B}$", "B"), ("B", "B"), ("(D)", "D"), ("so the correct option is (B) here", "B"),
-    ("I cannot decide.", None), ("The answer is E.", None), ("The answer is a number.", None), ("", None),
-])
+@pytest.mark.parametrize(
+    "output, expected",
+    [
+        ("The answer is (C).", "C"),
+        ("The answer is C: p = 12", "C"),
+        ("The answer is p = 12.", "C"),
+        ("The answer is $\\boxed{B}$", "B"),
+        ("B", "B"),
+        ("(D)", "D"),
+        ("so the correct option is (B) here", "B"),
+        ("I cannot decide.", None),
+        ("The answer is E.", None),
+        ("The answer is a number.", None),
+        ("", None),
+    ],
+)
 def test_multiple_choice_never_defaults(output, expected):
     assert answer_from_text(output, "choice", CHOICES) == expected
 
@@ -69,8 +127,13 @@ def test_unanswered_multiple_choice_is_wrong_and_counted():
     answer = answer_from_text("I do not know", "choice", record.choices)
     assert answer is None and is_correct(answer, record) is False
     summary = summarize([{"benchmark": "sat", "kind": "choice", "answer": answer, "gold": "A", "correct": False}])
-    assert summary["benchmarks"]["sat"] == {"n": 1, "correct": 0, "unanswered": 1, "accuracy": 0.0,
-                                            "numeric": {"n": 0, "mae": None, "log_mae": None, "digit_acc": {}}}
+    assert summary["benchmarks"]["sat"] == {
+        "n": 1,
+        "correct": 0,
+        "unanswered": 1,
+        "accuracy": 0.0,
+        "numeric": {"n": 0, "mae": None, "log_mae": None, "digit_acc": {}},
+    }
 
 
 def test_simuleq_lists_compare_in_the_gold_order():
@@ -96,19 +159,35 @@ def test_summary_metrics_exact():
     rows = [
         {"benchmark": "gsm8k", "kind": "number", "answer": "118", "gold": "18", "correct": False},
         {"benchmark": "gsm8k", "kind": "number", "answer": "18", "gold": "18", "correct": True},
-        {"benchmark": "simuleq", "kind": "numbers", "answer": ["583.3333333333334"], "gold": ["583.3333"], "correct": True},
+        {
+            "benchmark": "simuleq",
+            "kind": "numbers",
+            "answer": ["583.3333333333334"],
+            "gold": ["583.3333"],
+            "correct": True,
+        },
         {"benchmark": "simuleq", "kind": "numbers", "answer": None, "gold": ["2.5"], "correct": False},
         {"benchmark": "aqua", "kind": "choice", "answer": "B", "gold": "B", "correct": True},
     ]
     summary = summarize(rows)
     assert [(k, v["n"], v["correct"], v["unanswered"]) for k, v in summary["benchmarks"].items()] == [
-        ("gsm8k", 2, 1, 0), ("simuleq", 2, 1, 1), ("aqua", 1, 1, 0)]
+        ("gsm8k", 2, 1, 0),
+        ("simuleq", 2, 1, 1),
+        ("aqua", 1, 1, 0),
+    ]
     assert summary["mACC"] == pytest.approx((0.5 + 0.5 + 1.0) / 3)
     numeric = summary["numeric"]
     assert numeric["n"] == 3
     assert numeric["mae"] == pytest.approx((100 + 0 + 1 / 30000) / 3)  # 583.33333.. - 583.3333 = 1/30000 (float)
-    assert numeric["digit_acc"] == {"10^2": 1.0, "10^1": 1.0, "10^0": 1.0, "10^-1": 1.0, "10^-2": 1.0,
-                                    "10^-3": 1.0, "10^-4": 1.0}  # 118 vs 18: tens and units agree
+    assert numeric["digit_acc"] == {
+        "10^2": 1.0,
+        "10^1": 1.0,
+        "10^0": 1.0,
+        "10^-1": 1.0,
+        "10^-2": 1.0,
+        "10^-3": 1.0,
+        "10^-4": 1.0,
+    }  # 118 vs 18: tens and units agree
     assert numeric["digit_n"] == {"10^2": 1, "10^1": 3, "10^0": 3, "10^-1": 1, "10^-2": 1, "10^-3": 1, "10^-4": 1}
 
 
@@ -122,13 +201,21 @@ def test_log_mae_term():
 def test_benchmark_errors_name_file_row_and_field(tmp_path, monkeypatch):
     (tmp_path / "gsm8k").mkdir()
     (tmp_path / "gsm8k" / "gsm8k.jsonl").write_text(
-        json.dumps({"question": "q", "answer": "x\n#### 7"}) + "\n" + json.dumps({"question": "q", "answer": "no mark"}) + "\n")
+        json.dumps({"question": "q", "answer": "x\n#### 7"})
+        + "\n"
+        + json.dumps({"question": "q", "answer": "no mark"})
+        + "\n"
+    )
     with pytest.raises(BenchmarkError, match=r"gsm8k\.jsonl row 1: field 'answer' has no '#### <number>' line"):
         load_benchmark("gsm8k", tmp_path)
     assert load_benchmark("gsm8k", tmp_path, limit=1)[0].gold == "7"
     (tmp_path / "mmlu_mathematics").mkdir()
-    (tmp_path / "mmlu_mathematics" / "mathematics.json").write_text(json.dumps([{"question": "q", "choices": ["a"], "answer": 3}]))
-    with pytest.raises(BenchmarkError, match=r"mathematics\.json row 0: field 'answer' is 3, not an index into 1 choices"):
+    (tmp_path / "mmlu_mathematics" / "mathematics.json").write_text(
+        json.dumps([{"question": "q", "choices": ["a"], "answer": 3}])
+    )
+    with pytest.raises(
+        BenchmarkError, match=r"mathematics\.json row 0: field 'answer' is 3, not an index into 1 choices"
+    ):
         load_benchmark("mmlu_mathematics", tmp_path)
     with pytest.raises(BenchmarkError, match=r"benchmark file not found: .*svamp/SVAMP\.json"):
         load_benchmark("svamp", tmp_path)

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from del_core import DigitVocab, number_spans
-from del_core.evaluation.numbers import numbers_match
 from del_core.evaluation.heldout import answer_accuracy, reference_answer, score_heldout
+from del_core.evaluation.numbers import numbers_match
 from del_core.evaluation.teacher_forced import TEACHER_FORCED_SUMS, summarise, teacher_forced_sums
 
 
@@ -61,9 +61,11 @@ def test_reference_answer_uses_the_same_reader_as_outputs():
 
 
 def test_heldout_answers_are_scored_by_value():
-    rows = [{"instruction": "a", "output": "The answer is 42."},
-            {"instruction": "b", "output": "The answer is 3.5."},
-            {"instruction": "c", "output": "The answer is 10."}]
+    rows = [
+        {"instruction": "a", "output": "The answer is 42."},
+        {"instruction": "b", "output": "The answer is 3.5."},
+        {"instruction": "c", "output": "The answer is 10."},
+    ]
     # "The answer is" wins over a later number; 3.50 equals 3.5; no number is unanswered
     outputs = ["The answer is 42. Check: 6 * 7 = 42, then 43", "3.50", "I cannot tell"]
     scored, summary = score_heldout(rows, outputs)

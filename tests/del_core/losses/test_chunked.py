@@ -1,4 +1,5 @@
 """The chunked path from hidden states equals the loss and gradients of full logits."""
+
 import pytest
 import torch
 
@@ -45,8 +46,11 @@ def test_from_hidden_gradcheck(name):
     # gradcheck backpropagates twice through one graph: the first backward uses the CE gradients
     # formed in the forward, the second recomputes them; they agree to float64 round-off.
     assert torch.autograd.gradcheck(
-        lambda h, w: loss_fn.from_hidden(h, w, labels, chunk_size=3).loss, (hidden, weight),
-        eps=1e-6, atol=1e-7, nondet_tol=1e-12,
+        lambda h, w: loss_fn.from_hidden(h, w, labels, chunk_size=3).loss,
+        (hidden, weight),
+        eps=1e-6,
+        atol=1e-7,
+        nondet_tol=1e-12,
     )
 
 

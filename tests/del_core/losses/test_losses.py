@@ -1,12 +1,13 @@
 """Loss values against hand-written references, gradients against finite differences or closed
 forms, micro-batch invariance with global normalisers, dtypes, and bad input."""
+
 import math
 
 import pytest
 import torch
 
 from del_core import LOSS_NAMES, DigitVocab, build_loss
-from helpers.toy_vocab import DIGITS, OTHER, POINT, TEXTS, VOCAB, V, H, build, cost_embedding, encode, make_batch
+from helpers.toy_vocab import DIGITS, OTHER, TEXTS, VOCAB, H, V, build, cost_embedding, make_batch
 
 
 # --- independent reference, plain Python floats ---------------------------------------------------
@@ -122,7 +123,11 @@ def test_del_reproduces_released_function_on_one_micro_batch():
     zd = torch.stack([logits[r, c, list(DIGITS)] for r, c, _, _ in rows])
     onehot = torch.nn.functional.one_hot(torch.tensor([d for *_, d, _ in rows]), 10).double()
     u = torch.tensor([u for *_, u in rows], dtype=torch.float64)
-    elements = u[:, None] * torch.softmax(zd, -1) * torch.nn.functional.binary_cross_entropy_with_logits(zd, onehot, reduction="none")
+    elements = (
+        u[:, None]
+        * torch.softmax(zd, -1)
+        * torch.nn.functional.binary_cross_entropy_with_logits(zd, onehot, reduction="none")
+    )
     released = ce + alpha * elements.mean()
     ours = build_loss("del", VOCAB, weight=alpha / 10)(logits, labels).loss
     assert ours.item() == pytest.approx(released.item(), rel=1e-12)
@@ -283,7 +288,6 @@ def test_inf_at_target_raises():
         build("mle")(logits, labels)
 
 
-
 def test_label_outside_vocab_names_position_and_value():
     logits, labels = make_batch()
     labels[1, 3] = V + 7
@@ -372,7 +376,9 @@ def test_fused_cross_entropy_matches_torch(dtype):
     torch.testing.assert_close(ce, ref_ce, rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(dig, ref_dig)
     assert ours_in.grad.dtype == dtype
-    torch.testing.assert_close(ours_in.grad, ref_in.grad.to(dtype), rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-6)
+    torch.testing.assert_close(
+        ours_in.grad, ref_in.grad.to(dtype), rtol=1e-5 if dtype == torch.float32 else 1e-2, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])

@@ -5,6 +5,7 @@ digit ids all on the first rank, split across two ranks, and on the last rank; w
 ids on a 151,936-row head; with ignored positions and with a batch without digits. One world is
 started per size; each rank saves its results and this process compares them.
 """
+
 import tempfile
 
 import pytest
@@ -41,18 +42,36 @@ def scenarios(world):
     for where, (digits, point) in placements(world).items():
         other = next(i for i in range(V) if i not in digits and i != point)
         out[where] = dict(
-            seed=len(out), V=V, hidden=H, dtype="float64", digits=digits, point=point,
-            labels=_encode(texts, digits, point, other), losses=list(LOSS_NAMES),
+            seed=len(out),
+            V=V,
+            hidden=H,
+            dtype="float64",
+            digits=digits,
+            point=point,
+            labels=_encode(texts, digits, point, other),
+            losses=list(LOSS_NAMES),
         )
     digits, point = list(range(15, 25)), 13  # Qwen2's real ids
     out["qwen2"] = dict(
-        seed=9, V=V_HEAD, hidden=4, dtype="float32", digits=digits, point=point,
-        labels=_encode(["x=42.5!", "7_0.25x"], digits, point, 220), losses=["del", "emo", "mixce"],
+        seed=9,
+        V=V_HEAD,
+        hidden=4,
+        dtype="float32",
+        digits=digits,
+        point=point,
+        labels=_encode(["x=42.5!", "7_0.25x"], digits, point, 220),
+        losses=["del", "emo", "mixce"],
     )
     first_digits, first_point = placements(world)["first"]
     out["no_digits"] = dict(
-        seed=11, V=V, hidden=H, dtype="float64", digits=first_digits, point=first_point,
-        labels=_encode(["abcd", "ef_g"], first_digits, first_point, 20), losses=["del", "ntl_was", "dist2"],
+        seed=11,
+        V=V,
+        hidden=H,
+        dtype="float64",
+        digits=first_digits,
+        point=first_point,
+        labels=_encode(["abcd", "ef_g"], first_digits, first_point, 20),
+        losses=["del", "ntl_was", "dist2"],
     )
     return out
 
@@ -113,9 +132,19 @@ def test_digit_placement_really_spans_ranks(world_results):
     world, scs, ranks = world_results
     if world == 1:
         pytest.skip("one rank owns everything")
-    owners = {rank for rank, r in enumerate(ranks) for d in scs["split"]["digits"] if r["split"]["range"][0] <= d < r["split"]["range"][1]}
+    owners = {
+        rank
+        for rank, r in enumerate(ranks)
+        for d in scs["split"]["digits"]
+        if r["split"]["range"][0] <= d < r["split"]["range"][1]
+    }
     assert len(owners) == 2
-    last_owner = {rank for rank, r in enumerate(ranks) for d in scs["last"]["digits"] if r["last"]["range"][0] <= d < r["last"]["range"][1]}
+    last_owner = {
+        rank
+        for rank, r in enumerate(ranks)
+        for d in scs["last"]["digits"]
+        if r["last"]["range"][0] <= d < r["last"]["range"][1]
+    }
     assert last_owner == {world - 1}
 
 

@@ -1,10 +1,10 @@
 """The ZeRO configurations parse and validate with DeepSpeed once their "auto" values are filled."""
-import json
-from pathlib import Path
 
-from helpers.shared import REPO
+import json
 
 import pytest
+
+from helpers.shared import REPO
 
 deepspeed_config = pytest.importorskip("deepspeed.runtime.config")
 

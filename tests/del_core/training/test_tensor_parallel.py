@@ -6,6 +6,7 @@ real Qwen2 tokenizer (151,936 vocabulary rows split over the group).
 Every run is compared with a single-process run (tp=1, accumulation 4) on the same global batch:
 losses to 1e-5 and the exported weights to fp32 round-off.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,7 +30,9 @@ def tiny_model(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def base(tiny_model, tmp_path_factory) -> dict:
     return tiny_run(
-        tiny_model, tmp_path_factory.mktemp("cache"), **{"run.export": "true", "parallel.zero_stage": 3},
+        tiny_model,
+        tmp_path_factory.mktemp("cache"),
+        **{"run.export": "true", "parallel.zero_stage": 3},
         # A large epsilon makes Adam's update proportional to the gradient: with the default 1e-8,
         # entries whose gradient is ~0 get a +-lr step whose sign is fp32 round-off (sums taken in
         # a different order under TP), and the update would hide any error in the gradient's scale.

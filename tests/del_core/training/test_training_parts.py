@@ -1,10 +1,10 @@
 """The trainer's pure parts: batch plan, LR schedule, DeepSpeed config filling, checkpoint
 bookkeeping, the step's metric sums, packing through a real model."""
+
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -55,8 +55,10 @@ def test_warmup_cosine_values():
 
 # --- DeepSpeed config -----------------------------------------------------------------------
 def test_ds_config_is_filled_from_the_recipe():
-    config = load_train_config(None, ["run.global_batch_size=128", "run.micro_batch_size=2", "parallel.zero_stage=2",
-                                      "optimizer.grad_clip=0.5"])
+    config = load_train_config(
+        None,
+        ["run.global_batch_size=128", "run.micro_batch_size=2", "parallel.zero_stage=2", "optimizer.grad_clip=0.5"],
+    )
     ds = build_ds_config(config, data_parallel=16, bf16=True, use_ds_optimizer=True)
     assert ds["train_micro_batch_size_per_gpu"] == 2 and ds["gradient_accumulation_steps"] == 4
     assert ds["train_batch_size"] == 128 and ds["bf16"]["enabled"] is True and ds["gradient_clipping"] == 0.5
@@ -65,7 +67,9 @@ def test_ds_config_is_filled_from_the_recipe():
     assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert "optimizer" not in offload and offload["zero_force_ds_cpu_optimizer"] is False
     with pytest.raises(ConfigError, match="not divisible by run.micro_batch_size 2 x 3 data-parallel"):
-        build_ds_config(load_train_config(None, ["run.global_batch_size=128", "run.micro_batch_size=2"]), 3, False, False)
+        build_ds_config(
+            load_train_config(None, ["run.global_batch_size=128", "run.micro_batch_size=2"]), 3, False, False
+        )
 
 
 def test_ds_config_with_unfilled_auto_is_an_error(tmp_path):
@@ -99,9 +103,15 @@ def test_step_sums_weight_digit_metrics_by_digit_counts():
     sums = StepSums(torch.device("cpu"))
     # two micro-batches: 3 digits at entropy 1.0 / accuracy 1/3, 1 digit at entropy 2.0 / accuracy 1
     for loss, digits, entropy, acc, attended in ((0.5, 3, 1.0, 1 / 3, 10), (0.25, 1, 2.0, 1.0, 6)):
-        out = {"loss": torch.tensor(loss), "ce": torch.tensor(loss / 2), "aux": torch.tensor(loss / 2),
-               "n_tokens": torch.tensor(9.0), "n_digits": torch.tensor(float(digits)),
-               "digit_entropy": torch.tensor(entropy), "digit_acc": torch.tensor(acc)}
+        out = {
+            "loss": torch.tensor(loss),
+            "ce": torch.tensor(loss / 2),
+            "aux": torch.tensor(loss / 2),
+            "n_tokens": torch.tensor(9.0),
+            "n_digits": torch.tensor(float(digits)),
+            "digit_entropy": torch.tensor(entropy),
+            "digit_acc": torch.tensor(acc),
+        }
         sums.add(out, attended)
     values = {k: float(v) for k, v in sums.values.items()}
     values["attended_tokens"] = float(sums.attended_tokens)
@@ -115,10 +125,32 @@ def test_step_sums_weight_digit_metrics_by_digit_counts():
 
 
 def test_metrics_records_round_trip_through_jsonl(tmp_path):
-    train = TrainRecord(step=1, loss=1.0, ce=0.5, aux=0.5, digit_entropy=None, digit_acc=0.5, n_tokens=10,
-                        n_digits=2, lr=1e-5, grad_norm=3.0, tokens_per_s=100.0, step_time_s=0.1, peak_mem_gb=1.0)
-    before = EvalRecord(step=0, label="before", ce=1.0, digit_acc=0.5, digit_entropy=0.7, number_acc=0.25,
-                        tokens=10, digits=4, numbers=2)
+    train = TrainRecord(
+        step=1,
+        loss=1.0,
+        ce=0.5,
+        aux=0.5,
+        digit_entropy=None,
+        digit_acc=0.5,
+        n_tokens=10,
+        n_digits=2,
+        lr=1e-5,
+        grad_norm=3.0,
+        tokens_per_s=100.0,
+        step_time_s=0.1,
+        peak_mem_gb=1.0,
+    )
+    before = EvalRecord(
+        step=0,
+        label="before",
+        ce=1.0,
+        digit_acc=0.5,
+        digit_entropy=0.7,
+        number_acc=0.25,
+        tokens=10,
+        digits=4,
+        numbers=2,
+    )
     final = FinalRecord(step=1, train_time_s=2.0, last=train, before=before, after=None)
     path = tmp_path / "metrics.jsonl"
     path.write_text("".join(json.dumps({**record_to_json(r), "time": 0.0}) + "\n" for r in (train, before, final)))
@@ -134,8 +166,16 @@ def test_packed_sequences_attend_within_their_example():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2)).eval()
+    model = Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=50,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+        )
+    ).eval()
     a, b = torch.randint(0, 50, (1, 5)), torch.randint(0, 50, (1, 7))
     packed = torch.cat([a, b], 1)
     positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6]])
