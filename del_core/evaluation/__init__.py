@@ -1,6 +1,11 @@
-"""Zero-shot evaluation on the seven math benchmarks of the DEL paper (``recipes/evaluate.py``).
+"""Evaluation: zero-shot benchmarks of the DEL paper (``recipes/evaluate.py``) and held-out metrics.
 
-benchmarks (loading into one record type) -> prompts -> generation (vLLM or HF) -> extract (answer
-from program output or text) -> sandbox (running generated programs) -> scoring (comparison and
-metrics) -> report (files and the console table); ``protocol`` ties them together.
+Benchmarks: benchmarks (loading into one record type) -> prompts -> generation (vLLM or HF) ->
+extract (answer from program output or text) -> sandbox (running generated programs) -> scoring
+(comparison and metrics) -> report (the summary file and the console table); ``protocol`` ties them
+together, ``config`` (EvalConfig) and ``runner`` are the command line's options and steps.
+
+Held-out problems (training and the study): ``generation.generate_greedy`` (the one greedy
+generation path), ``heldout`` (greedy answers scored by the one answer reader) and
+``teacher_forced`` (digit metrics of the reference answers, token by token).
 """

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
+from del_core.data.jsonl import JsonlError, read_jsonl
+
 DATA_DIR_ENV = "DEL_BENCHMARK_DIR"
 OPEN_ENDED = ("gsm8k", "math", "svamp", "simuleq")
 MULTIPLE_CHOICE = ("aqua", "sat", "mmlu_mathematics")
@@ -95,6 +97,7 @@ def load_benchmark(name: str, data_dir: Union[str, os.PathLike], limit: Optional
 
 
 def _read_rows(path: Path) -> list:
+    """The rows of a benchmark file: one JSON array, or JSON lines (read by :mod:`del_core.data.jsonl`)."""
     if not path.is_file():
         raise BenchmarkError(f"benchmark file not found: {path}")
     text = path.read_text(encoding="utf-8")
@@ -103,14 +106,10 @@ def _read_rows(path: Path) -> list:
             return json.loads(text)
         except json.JSONDecodeError as err:
             raise BenchmarkError(f"{path}: not valid JSON ({err})") from None
-    rows = []
-    for line_no, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise BenchmarkError(f"{path} line {line_no}: not valid JSON ({err})") from None
-    return rows
+    try:
+        return read_jsonl(path)
+    except JsonlError as err:
+        raise BenchmarkError(str(err)) from None
 
 
 def _field(row: dict, key: str, where: str, types=(str,)):

@@ -1,51 +1,71 @@
 """The options of ``recipes/evaluate.py``, on the project's one configuration mechanism.
 
-Every option is also a ``--flag value`` (dashes read as underscores) or ``key=value``; the first
-bare argument is the model (or a YAML file of these keys).
+Every option is a ``--flag value`` or ``--flag=value`` (dashes read as underscores) or a
+``key=value``; the first bare argument is the model, or a YAML file of these keys. Values are
+checked here (:class:`del_core.config.ConfigError`), so bad input stops before anything is loaded.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from del_core.config import ConfigError, load_config, split_command_line
 from del_core.models.sources import ModelSourceError, check_model_source
 
+BACKENDS = ("auto", "vllm", "hf")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def _option(default: Any, text: str, metavar: str = "") -> Any:
+    return field(default=default, metadata={"help": text, "metavar": metavar})
+
 
 @dataclass
 class EvalConfig:
-    model: Optional[str] = None  # HF directory, training output directory (its final/), .gguf, smollm2, hub name
-    data_dir: Optional[str] = None  # benchmark directory; default $DEL_BENCHMARK_DIR
-    benchmarks: str = "all"  # comma list of benchmark names, or all
-    limit: Optional[int] = None  # the first N questions of each benchmark
-    output_dir: Optional[str] = None  # default: OUTPUT_DIR/eval for a training output, else eval/<model name>
-    backend: str = "auto"  # auto (vLLM when it imports and a GPU is present), vllm, hf
-    tp: int = 1  # vLLM tensor-parallel size
-    batch_size: int = 8  # HF generate batch size
-    max_new_tokens: int = 512
-    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU), bfloat16, float16, float32
-    threads: Optional[int] = None  # torch CPU threads
-    workers: int = 4  # programs run at once in the sandbox
-    program_seconds: float = 10.0  # wall-clock limit of one generated program
-    program_cpu_seconds: int = 5  # CPU-time limit of one generated program
-    score_only: Optional[str] = None  # PRED.jsonl: re-score saved outputs without a model
-    output: Optional[str] = None  # OUT.jsonl: the scored rows of score_only
+    """What to evaluate and how; see each field's help (:func:`options_help`)."""
+
+    model: Optional[str] = _option(
+        None, "HF directory, training output directory (its final/), .gguf file, smollm2 or hub name", "MODEL"
+    )
+    data_dir: Optional[str] = _option(None, "benchmark directory (default: $DEL_BENCHMARK_DIR)", "DIR")
+    benchmarks: str = _option("all", "comma list of gsm8k,math,svamp,simuleq,aqua,sat,mmlu_mathematics, or all", "LIST")
+    limit: Optional[int] = _option(None, "the first N questions of each benchmark", "N")
+    output_dir: Optional[str] = _option(
+        None, "default: OUTPUT_DIR/eval for a training output, else eval/<model name>", "DIR"
+    )
+    backend: str = _option("auto", "auto (vLLM when it imports and a GPU is present), vllm or hf", "NAME")
+    tp: int = _option(1, "vLLM tensor-parallel size", "N")
+    batch_size: int = _option(8, "HF generate batch size", "N")
+    max_new_tokens: int = _option(512, "tokens generated per answer at most", "N")
+    dtype: str = _option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16 or float32", "NAME")
+    threads: Optional[int] = _option(None, "torch CPU threads", "N")
+    workers: int = _option(4, "generated programs run at once in the sandbox", "N")
+    program_seconds: float = _option(10.0, "wall-clock limit of one generated program", "S")
+    program_cpu_seconds: int = _option(5, "CPU-time limit of one generated program", "S")
+    score_only: Optional[str] = _option(None, "re-score the saved outputs of PRED.jsonl without a model", "PRED.jsonl")
+    output: Optional[str] = _option(None, "the scored rows of score_only", "OUT.jsonl")
 
     def __post_init__(self) -> None:
-        if self.backend not in ("auto", "vllm", "hf"):
-            raise ConfigError(f"backend must be auto, vllm or hf, got {self.backend!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         for name in ("tp", "batch_size", "max_new_tokens", "workers", "program_cpu_seconds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.limit is not None and self.limit < 1:
-            raise ConfigError(f"limit must be >= 1, got {self.limit}")
+        if self.program_seconds <= 0:
+            raise ConfigError(f"program_seconds must be > 0, got {self.program_seconds}")
+        for name in ("limit", "threads"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.score_only is None and self.model is None:
             raise ConfigError("give MODEL (or --score-only PRED.jsonl)")
         if self.score_only is not None and self.output is None:
             raise ConfigError("--score-only needs --output OUT.jsonl")
-        if self.model is not None:
+        if self.score_only is None and self.model is not None:
             try:
                 check_model_source(self.model)
             except ModelSourceError as err:
@@ -53,7 +73,8 @@ class EvalConfig:
 
 
 def load_eval_config(argv: Sequence[str]) -> EvalConfig:
-    """The configuration of ``recipes/evaluate.py MODEL [--flag value | key=value ...]``."""
+    """The configuration of ``recipes/evaluate.py [MODEL | RECIPE.yaml] [--flag value | key=value ...]``;
+    :class:`ConfigError` (one line, naming the key) for an unknown key or a bad value."""
     first, overrides = split_command_line(argv)
     recipe = None
     if first is not None and first.endswith((".yaml", ".yml")):
@@ -61,3 +82,13 @@ def load_eval_config(argv: Sequence[str]) -> EvalConfig:
     elif first is not None:
         overrides = [f"model={first}", *overrides]
     return load_config(EvalConfig, recipe, overrides)
+
+
+def options_help() -> str:
+    """One line per option of :class:`EvalConfig`: its flag, what it means and its default."""
+    lines = []
+    for option in dataclasses.fields(EvalConfig):
+        flag = f"--{option.name.replace('_', '-')} {option.metadata['metavar']}"
+        default = "" if option.default is None else f" (default: {option.default})"
+        lines.append(f"  {flag:<30} {option.metadata['help']}{default}")
+    return "\n".join(lines)

@@ -13,7 +13,6 @@ import contextlib
 import importlib.util
 import sys
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any, Optional
 
 STOP = ("\n### Instruction", "\n### Input", "\n### Response", "\n\n\n\n")
@@ -22,18 +21,6 @@ STOP = ("\n### Instruction", "\n### Input", "\n### Response", "\n\n\n\n")
 def cut_at_stop(text: str) -> str:
     cut = min((i for i in (text.find(marker) for marker in STOP) if i >= 0), default=len(text))
     return text[:cut]
-
-
-def resolve_model(source: str, cache_dir: Optional[Path] = None) -> str:
-    """The HF directory or hub name of ``source`` (:func:`del_core.models.resolve_model`, the
-    project's one resolver), as a one-line error for the command line."""
-    from del_core.models.sources import ModelSourceError
-    from del_core.models.sources import resolve_model as resolve
-
-    try:
-        return resolve(source, cache_dir)
-    except ModelSourceError as err:
-        raise SystemExit(str(err)) from None
 
 
 @contextlib.contextmanager
@@ -49,6 +36,28 @@ def _left_padding(tokenizer: Any) -> Iterator[None]:
         tokenizer.padding_side = side
 
 
+def _generate_batch(
+    lm: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int, device: Any, synced_gpus: bool
+) -> list[str]:
+    """Greedy completions of one left-padded batch, decoded without the prompt tokens."""
+    encoded = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    generated = lm.generate(
+        **encoded,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        num_beams=1,
+        synced_gpus=synced_gpus,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        # None drops the sampling settings a model's generation_config may carry (greedy ignores them).
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        use_cache=True,
+    )
+    return tokenizer.batch_decode(generated[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
 def generate_greedy(
     lm: Any,
     tokenizer: Any,
@@ -59,50 +68,39 @@ def generate_greedy(
     synced_gpus: bool = False,
     desc: str = "generate",
 ) -> list[str]:
-    """Greedy completions of ``prompts`` (the project's one generation path), cut at :data:`STOP`.
+    """Greedy completions of ``prompts``, in their order, each cut at :data:`STOP` (the project's one
+    generation path: the evaluator, the study and the trainer's held-out answers).
 
-    Batches of ``batch_size`` prompts of similar length, left-padded; stops at EOS or
-    ``max_new_tokens``. The model is put in eval mode and its mode restored. ``synced_gpus`` must be
-    True on every rank under ZeRO-3 with several ranks (each rank then runs every forward).
+    Prompts are batched ``batch_size`` at a time, longest first (similar lengths waste less
+    padding), left-padded; decoding stops at EOS or ``max_new_tokens``. The tokenizer's padding side
+    is restored afterwards (a missing pad token is set to EOS and kept); the model runs in eval
+    mode and gets its train/eval mode back. ``synced_gpus`` must be True on every rank under ZeRO-3
+    with several ranks: each rank then keeps running forwards until all ranks are done, since
+    every forward gathers parameters collectively.
     """
     import torch
     from tqdm import tqdm
 
     order = sorted(range(len(prompts)), key=lambda i: -len(prompts[i]))
     outputs: list[str] = [""] * len(prompts)
+    bar = tqdm(total=len(prompts), desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True, disable=None)
     was_training = lm.training
     lm.eval()
     try:
-        with (
-            _left_padding(tokenizer),
-            torch.no_grad(),
-            tqdm(total=len(prompts), desc=desc, unit="q", file=sys.stderr, dynamic_ncols=True, disable=None) as bar,
-        ):
+        with _left_padding(tokenizer), torch.no_grad(), bar:
             for start in range(0, len(order), batch_size):
                 batch = order[start : start + batch_size]
-                encoded = tokenizer(
-                    [prompts[i] for i in batch], return_tensors="pt", padding=True, add_special_tokens=False
-                ).to(device)
-                generated = lm.generate(
-                    **encoded,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=False,
-                    num_beams=1,
-                    synced_gpus=synced_gpus,
-                    pad_token_id=tokenizer.pad_token_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                    temperature=None,
-                    top_p=None,
-                    top_k=None,
-                    use_cache=True,
-                )
-                texts = tokenizer.batch_decode(generated[:, encoded["input_ids"].shape[1] :], skip_special_tokens=True)
+                texts = _generate_batch(lm, tokenizer, [prompts[i] for i in batch], max_new_tokens, device, synced_gpus)
                 for i, text in zip(batch, texts):
                     outputs[i] = cut_at_stop(text)
                 bar.update(len(batch))
     finally:
         lm.train(was_training)
     return outputs
+
+
+class GeneratorError(ValueError):
+    """A back end that cannot run here (e.g. vLLM not installed); the message says what is missing."""
 
 
 def gpu_available() -> bool:
@@ -116,7 +114,7 @@ def vllm_available() -> bool:
 
 
 class HFGenerator:
-    """Batched greedy ``generate`` with left padding (CPU or one GPU)."""
+    """A model and its tokenizer loaded once (CPU or one GPU); :meth:`generate` is :func:`generate_greedy`."""
 
     name = "hf"
 
@@ -135,9 +133,6 @@ class HFGenerator:
         if dtype == "auto":
             dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype)).to(self.device)
         self.model.eval()
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
@@ -177,6 +172,18 @@ class VLLMGenerator:
         return [cut_at_stop(r.outputs[0].text) for r in results]
 
 
+def check_backend(backend: str) -> str:
+    """The back end ``backend`` stands for here (``auto``: vLLM when it imports and a CUDA GPU is
+    present, else HF); :class:`GeneratorError` when it cannot run. Loads no model."""
+    if backend == "auto":
+        return "vllm" if vllm_available() and gpu_available() else "hf"
+    if backend == "vllm" and not vllm_available():
+        raise GeneratorError("backend vllm needs the vllm package (pip install vllm) and a GPU")
+    if backend not in ("vllm", "hf"):
+        raise GeneratorError(f"unknown backend {backend!r}: auto, vllm or hf")
+    return backend
+
+
 def make_generator(
     model_path: str,
     backend: str = "auto",
@@ -184,16 +191,12 @@ def make_generator(
     batch_size: int = 8,
     max_new_tokens: int = 512,
     dtype: str = "auto",
-):
-    """The back end: ``vllm``, ``hf``, or ``auto`` (vLLM when importable and a GPU is present)."""
-    if backend == "auto":
-        backend = "vllm" if vllm_available() and gpu_available() else "hf"
+) -> HFGenerator | VLLMGenerator:
+    """The generator of ``backend`` (see :func:`check_backend`) for the model at ``model_path`` (an
+    HF directory or hub name: :func:`del_core.models.sources.resolve_model`'s result)."""
+    backend = check_backend(backend)
     if backend == "vllm":
-        if not vllm_available():
-            raise SystemExit("--backend vllm needs the vllm package (pip install vllm) and a GPU")
         return VLLMGenerator(model_path, tp=tp, max_new_tokens=max_new_tokens, dtype=dtype)
-    if backend == "hf":
-        if tp != 1:
-            print(f"[evaluate] --tp {tp} applies to vLLM only; the HF back end uses one device", file=sys.stderr)
-        return HFGenerator(model_path, batch_size=batch_size, max_new_tokens=max_new_tokens, dtype=dtype)
-    raise SystemExit(f"unknown --backend {backend!r}: auto, vllm or hf")
+    if tp != 1:
+        print(f"[evaluate] tp={tp} applies to vLLM only; the HF back end uses one device", file=sys.stderr)
+    return HFGenerator(model_path, batch_size=batch_size, max_new_tokens=max_new_tokens, dtype=dtype)

@@ -1,4 +1,4 @@
-"""The zero-shot prompts of the paper's protocol, in the training template (``recipes.prompting``).
+"""The zero-shot prompts of the paper's protocol, in the training template (:mod:`del_core.data.prompting`).
 
 Open-ended sets (GSM8K, SVAMP, SimulEq, MATH) are asked first for a program (program of thought:
 the question followed by " Let's write a program."), then, when the program yields no answer, in

@@ -1,11 +1,15 @@
 """What ``recipes/evaluate.py`` does: evaluate a model on the benchmarks, or re-score saved outputs.
 
-Evaluating writes OUTPUT_DIR/predictions.jsonl (one row per question: prompt, output, program,
-answer, gold, correct) and OUTPUT_DIR/summary.json (accuracy per benchmark, mACC, MAE, log-MAE,
-per-place digit accuracy), and prints the table. Re-scoring (``score_only``) reads rows
-``{"benchmark", "index", "output"[, "mode": auto | pot | cot]}`` (index = the question's position
-in the benchmark file), writes them back with answer, correct, gold and unanswered, prints the
-table on stderr and the summary as JSON on the last line of stdout.
+Evaluating (:func:`evaluate_model`) writes OUTPUT_DIR/predictions.jsonl (one row per question:
+prompt, output, program, answer, gold, correct; :mod:`.protocol`) and OUTPUT_DIR/summary.json
+(accuracy per benchmark, mACC, MAE, log-MAE, per-place digit accuracy, and the run's ``config``),
+and prints the table. Re-scoring (:func:`score_only`) reads rows ``{"benchmark", "index",
+"output"[, "mode": auto | pot | cot]}`` (index = the question's position in the benchmark file),
+writes them back with answer, correct, gold, unanswered and program_status, prints the table on
+stderr and the summary as JSON on the last line of stdout.
+
+Bad input (benchmark files, prediction rows, the model, the back end) raises
+:class:`EvaluationError` from :func:`run`, always before a model is loaded.
 """
 
 from __future__ import annotations
@@ -14,48 +18,81 @@ import json
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from del_core.data.jsonl import JsonlError, iter_jsonl, write_jsonl
 from del_core.evaluation.benchmarks import (
     BENCHMARKS,
     BenchmarkError,
+    Record,
     data_dir_from,
     load_benchmark,
     parse_benchmark_list,
 )
 from del_core.evaluation.config import EvalConfig
+from del_core.evaluation.generation import GeneratorError, check_backend
 from del_core.evaluation.report import format_table, write_json
 from del_core.evaluation.sandbox import SandboxLimits
 from del_core.evaluation.scoring import summarize
+from del_core.models.sources import ModelSourceError, resolve_model
+
+MODES = ("auto", "pot", "cot")  # how a saved output is read: see protocol.score_outputs
+
+
+class EvaluationError(ValueError):
+    """Input the evaluator cannot use; the message is one line naming the file, row or option."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One checked row of a score_only input."""
+
+    row: dict  # as read: benchmark, index, output, optional mode, any other keys (kept in the output)
+    where: str  # "PATH line N", for error messages
+
+    @property
+    def mode(self) -> str:
+        return self.row.get("mode", "auto")
 
 
 def default_output_dir(model: str, resolved: str) -> Path:
+    """OUTPUT_DIR/eval for a training output (``resolved`` is its final/), else eval/<model name>."""
     path = Path(resolved)
     if path.name == "final" and path.is_dir():
         return path.parent / "eval"
     return Path("eval") / re.sub(r"[^\w.-]+", "_", Path(model).name or model)
 
 
-def _check_prediction(row: dict, where: str) -> dict:
+def _check_prediction(row: dict, where: str) -> Prediction:
     for key, kind in (("benchmark", str), ("index", int), ("output", str)):
         if not isinstance(row.get(key), kind) or isinstance(row.get(key), bool):
-            raise BenchmarkError(f"{where}: field {key!r} missing or not {kind.__name__}")
+            raise EvaluationError(f"{where}: field {key!r} missing or not {kind.__name__}")
     if row["benchmark"] not in BENCHMARKS:
-        raise BenchmarkError(f"{where}: field 'benchmark' is {row['benchmark']!r}, not one of {', '.join(BENCHMARKS)}")
-    if row.get("mode", "auto") not in ("auto", "pot", "cot"):
-        raise BenchmarkError(f"{where}: field 'mode' is {row['mode']!r}, not auto, pot or cot")
-    return {**row, "_where": where}
+        raise EvaluationError(f"{where}: field 'benchmark' is {row['benchmark']!r}, not one of {', '.join(BENCHMARKS)}")
+    if row.get("mode", "auto") not in MODES:
+        raise EvaluationError(f"{where}: field 'mode' is {row['mode']!r}, not auto, pot or cot")
+    return Prediction(row, where)
 
 
-def read_predictions(path: Path) -> list[dict]:
-    """Rows of a score_only input; a bad row stops with its line and field."""
+def read_predictions(path: Path) -> list[Prediction]:
+    """The rows of a score_only input; :class:`EvaluationError` names the first bad line and field."""
     if not path.is_file():
-        raise BenchmarkError(f"--score-only file not found: {path}")
+        raise EvaluationError(f"--score-only file not found: {path}")
     try:
         return [_check_prediction(row, f"{path} line {number}") for number, row in iter_jsonl(path)]
     except JsonlError as err:
-        raise BenchmarkError(str(err)) from None
+        raise EvaluationError(str(err)) from None
+
+
+def _question(prediction: Prediction, questions: list[Record]) -> Record:
+    index = prediction.row["index"]
+    if not 0 <= index < len(questions):
+        raise EvaluationError(
+            f"{prediction.where}: field 'index' is {index}, but {prediction.row['benchmark']} has "
+            f"{len(questions)} questions (0..{len(questions) - 1})"
+        )
+    return questions[index]
 
 
 def _limits(config: EvalConfig) -> SandboxLimits:
@@ -63,26 +100,20 @@ def _limits(config: EvalConfig) -> SandboxLimits:
 
 
 def score_only(config: EvalConfig) -> int:
+    """Re-score ``config.score_only`` into ``config.output`` (module docstring); the exit status."""
     from del_core.evaluation.protocol import score_outputs
 
     data_dir = data_dir_from(config.data_dir)
     predictions = read_predictions(Path(config.score_only))
-    records = {name: load_benchmark(name, data_dir) for name in sorted({p["benchmark"] for p in predictions})}
-    items = []
-    for p in predictions:
-        questions = records[p["benchmark"]]
-        if not 0 <= p["index"] < len(questions):
-            raise BenchmarkError(
-                f"{p['_where']}: field 'index' is {p['index']}, but {p['benchmark']} has "
-                f"{len(questions)} questions (0..{len(questions) - 1})"
-            )
-        items.append((questions[p["index"]], p["output"], p.get("mode", "auto")))
+    names = sorted({p.row["benchmark"] for p in predictions})
+    records = {name: load_benchmark(name, data_dir) for name in names}
+    items = [(_question(p, records[p.row["benchmark"]]), p.row["output"], p.mode) for p in predictions]
     scored = score_outputs(items, _limits(config), config.workers)
     out_rows = []
     for p, row in zip(predictions, scored):
         extra = {k: row[k] for k in ("answer", "correct", "gold", "unanswered")}
         extra["program_status"] = row["sandbox"]["status"] if row["sandbox"] else None
-        out_rows.append({**{k: v for k, v in p.items() if k != "_where"}, **extra})
+        out_rows.append({**p.row, **extra})
     write_jsonl(Path(config.output), out_rows)
     summary = summarize(scored)
     print(format_table(summary), file=sys.stderr)
@@ -90,13 +121,32 @@ def score_only(config: EvalConfig) -> int:
     return 0
 
 
+def _run_config(config: EvalConfig, resolved: str, backend: str, names: tuple, data_dir: Path, started: float) -> dict:
+    """The ``config`` entry of summary.json: what was run, and its wall time."""
+    return {
+        "model": config.model,
+        "resolved_model": resolved,
+        "backend": backend,
+        "tp": config.tp,
+        "benchmarks": list(names),
+        "limit": config.limit,
+        "max_new_tokens": config.max_new_tokens,
+        "batch_size": config.batch_size,
+        "data_dir": str(data_dir),
+        "seconds": round(time.time() - started, 1),
+    }
+
+
 def evaluate_model(config: EvalConfig) -> int:
-    from del_core.evaluation.generation import make_generator, resolve_model
+    """Evaluate ``config.model`` on the benchmarks (module docstring); the exit status. Benchmarks,
+    back end and model source are checked before the model is loaded."""
+    from del_core.evaluation.generation import make_generator
     from del_core.evaluation.protocol import evaluate
 
     data_dir = data_dir_from(config.data_dir)
     names = parse_benchmark_list(config.benchmarks)
     records = [r for name in names for r in load_benchmark(name, data_dir, config.limit)]
+    check_backend(config.backend)
     if config.threads:
         import torch
 
@@ -115,18 +165,7 @@ def evaluate_model(config: EvalConfig) -> int:
     print(f"[evaluate] {resolved} ({generator.name}), {len(records)} questions of {', '.join(names)}", file=sys.stderr)
     rows = evaluate(records, generator, _limits(config), config.workers)
     summary = summarize(rows)
-    summary["config"] = {
-        "model": config.model,
-        "resolved_model": resolved,
-        "backend": generator.name,
-        "tp": config.tp,
-        "benchmarks": list(names),
-        "limit": config.limit,
-        "max_new_tokens": config.max_new_tokens,
-        "batch_size": config.batch_size,
-        "data_dir": str(data_dir),
-        "seconds": round(time.time() - started, 1),
-    }
+    summary["config"] = _run_config(config, resolved, generator.name, names, data_dir, started)
     write_jsonl(output_dir / "predictions.jsonl", rows)
     write_json(output_dir / "summary.json", summary)
     print(format_table(summary))
@@ -135,4 +174,9 @@ def evaluate_model(config: EvalConfig) -> int:
 
 
 def run(config: EvalConfig) -> int:
-    return score_only(config) if config.score_only else evaluate_model(config)
+    """Re-score (``config.score_only`` set) or evaluate; the exit status. Bad input raises
+    :class:`EvaluationError`."""
+    try:
+        return score_only(config) if config.score_only else evaluate_model(config)
+    except (BenchmarkError, ModelSourceError, GeneratorError, JsonlError) as err:
+        raise EvaluationError(str(err)) from None

@@ -1,7 +1,7 @@
 """Running generated programs in a separate, limited process.
 
 :func:`run_program` writes the program into a fresh temporary directory and runs it with the same
-Python in isolated mode (``python -I -B recipes/evaluation/sandbox_child.py``, whose docstring
+Python in isolated mode (``python -I -B del_core/evaluation/sandbox_child.py``, whose docstring
 lists the limits and guards set inside the child) with cwd, HOME and TMPDIR set to that directory,
 a minimal environment, stdin from /dev/null, and stdout/stderr into files kept outside it (their
 size is capped by RLIMIT_FSIZE = ``output_bytes``). The child starts a new session; on return, and
@@ -104,6 +104,54 @@ def _owner_for(user: Optional[str]):
     return entry.pw_uid, entry.pw_gid
 
 
+def _child_environment(workdir: Path) -> dict[str, str]:
+    """A minimal environment: nothing of the harness's leaks in; one thread per numeric library."""
+    return {
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def _run_child(workdir: Path, private: Path, config: dict, wall_seconds: float) -> tuple[int, bool]:
+    """(return code, timed out) of the child running WORKDIR/program.py, its output in PRIVATE."""
+    with open(private / "stdout", "wb") as out, open(private / "stderr", "wb") as err:
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-B", str(CHILD), json.dumps(config), str(workdir / "program.py")],
+            cwd=workdir,
+            env=_child_environment(workdir),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            close_fds=True,
+        )
+        timed_out = False
+        try:
+            process.wait(timeout=wall_seconds)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(process.pid)  # the program's leftovers too, if any escaped the guards
+            process.wait()
+    return process.returncode, timed_out
+
+
+def _split_layers(stderr: str) -> tuple[dict, str]:
+    """(the layers the child reported on its first stderr line, the rest of stderr)."""
+    if not stderr.startswith(LAYERS_MARK):
+        return {}, stderr
+    first, _, rest = stderr.partition("\n")
+    try:
+        return json.loads(first[len(LAYERS_MARK) :]), rest
+    except json.JSONDecodeError:
+        return {}, rest
+
+
 def run_program(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxResult:
     """Run ``code`` (Python source) in the sandbox; never raises because of what the code does."""
     workdir = Path(tempfile.mkdtemp(prefix="del-sandbox-"))
@@ -112,7 +160,6 @@ def run_program(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRe
     try:
         (workdir / "program.py").write_text(code, encoding="utf-8")
         owner = _owner_for(limits.user)
-        user = limits.user if owner else None
         if owner:
             os.chown(workdir, *owner)
             os.chown(workdir / "program.py", *owner)
@@ -121,51 +168,17 @@ def run_program(code: str, limits: SandboxLimits = SandboxLimits()) -> SandboxRe
             "memory_bytes": limits.memory_bytes,
             "output_bytes": limits.output_bytes,
             "open_files": limits.open_files,
-            "user": user,
+            "user": limits.user if owner else None,
         }
-        env = {
-            "HOME": str(workdir),
-            "TMPDIR": str(workdir),
-            "PATH": "/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "OMP_NUM_THREADS": "1",
-            "OPENBLAS_NUM_THREADS": "1",
-            "MKL_NUM_THREADS": "1",
-        }
-        with open(private / "stdout", "wb") as out, open(private / "stderr", "wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, "-I", "-B", str(CHILD), json.dumps(config), str(workdir / "program.py")],
-                cwd=workdir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                close_fds=True,
-            )
-            timed_out = False
-            try:
-                process.wait(timeout=limits.wall_seconds)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                _kill_group(process.pid)  # the program's leftovers too, if any escaped the guards
-                process.wait()
+        returncode, timed_out = _run_child(workdir, private, config, limits.wall_seconds)
         at_size_cap = any((private / name).stat().st_size >= limits.output_bytes for name in ("stdout", "stderr"))
         stdout = _read(private / "stdout", limits.output_bytes)
-        stderr = _read(private / "stderr", limits.output_bytes)
-        layers = {}
-        if stderr.startswith(LAYERS_MARK):
-            first, _, stderr = stderr.partition("\n")
-            try:
-                layers = json.loads(first[len(LAYERS_MARK) :])
-            except json.JSONDecodeError:
-                layers = {}
+        layers, stderr = _split_layers(_read(private / "stderr", limits.output_bytes))
         return SandboxResult(
-            _status(timed_out, process.returncode, stderr, at_size_cap),
+            _status(timed_out, returncode, stderr, at_size_cap),
             stdout,
             stderr,
-            process.returncode,
+            returncode,
             round(time.monotonic() - started, 3),
             layers,
         )

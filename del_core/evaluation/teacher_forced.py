@@ -70,8 +70,8 @@ def teacher_forced_sums(
     """
     logits = logits.float()
     valid = targets != IGNORE_INDEX
-    zero = torch.zeros((), dtype=torch.float64, device=logits.device)
-    sums = dict.fromkeys(TEACHER_FORCED_SUMS, zero)
+    # One tensor per name: a caller adding in place into one sum must not change the others.
+    sums = {name: torch.zeros((), dtype=torch.float64, device=logits.device) for name in TEACHER_FORCED_SUMS}
     sums["ce_sum"] = torch.nn.functional.cross_entropy(logits[valid], targets[valid], reduction="sum").double()
     sums["tokens"] = valid.sum().double()
     if vocab is None:

@@ -2,6 +2,7 @@
 every benchmark on CPU, and the --score-only command line."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -82,25 +83,17 @@ def test_tiny_model_runs_every_benchmark_end_to_end(tiny_model_dir, data_dir, tm
     assert "mACC" in table and all(name in table for name in BENCHMARKS)
 
 
+def _evaluate(args):
+    """recipes/evaluate.py ARGS as a subprocess (a fresh interpreter, as users run it)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, str(REPO / "recipes" / "evaluate.py"), *args]
+    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
 def _score_only(tmp_path, rows, data_dir):
     pred, out = tmp_path / "pred.jsonl", tmp_path / "out.jsonl"
     pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "recipes" / "evaluate.py"),
-            "--score-only",
-            str(pred),
-            "--data-dir",
-            str(data_dir),
-            "--output",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    return done, out
+    return _evaluate(["--score-only", str(pred), "--data-dir", str(data_dir), "--output", str(out)]), out
 
 
 def test_score_only_command_line(tmp_path, data_dir):
@@ -158,8 +151,24 @@ def test_score_only_names_the_bad_row(tmp_path, data_dir):
     ],
 )
 def test_bad_options_are_one_line_errors(args, message):
-    done = subprocess.run(
-        [sys.executable, str(REPO / "recipes" / "evaluate.py"), *args], capture_output=True, text=True, timeout=120
-    )
+    done = _evaluate(args)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith("error: ") and message in done.stderr
+
+
+def test_bad_input_stops_before_the_model_loads(tiny_model_dir, tmp_path):
+    done = _evaluate([str(tiny_model_dir), "--data-dir", str(tmp_path / "no-benchmarks")])
+    assert (
+        done.returncode == 2
+        and done.stderr.strip() == f"error: benchmark directory not found: {tmp_path}/no-benchmarks"
+    )
+    assert "[evaluate]" not in done.stderr  # printed once the model is loaded
+    pred = tmp_path / "pred.jsonl"
+    pred.write_text('{"benchmark": "gsm8k", "index": 0, "output": "1"}\nnot json\n')
+    done = _evaluate(["--score-only", str(pred), "--data-dir", str(tmp_path), "--output", str(tmp_path / "o.jsonl")])
+    assert done.returncode == 2 and done.stderr.startswith(f"error: {pred}: line 2: not valid JSON")
+
+
+def test_help_lists_the_options():
+    done = _evaluate(["--help"])
+    assert done.returncode == 0 and "--score-only PRED.jsonl" in done.stdout and "--max-new-tokens N" in done.stdout

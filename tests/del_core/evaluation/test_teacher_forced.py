@@ -1,5 +1,4 @@
-"""Teacher-forced held-out metrics against hand-computed values, and held-out answer scoring with
-the project's one answer reader."""
+"""Teacher-forced held-out metrics (del_core.evaluation.teacher_forced) against hand-computed values."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ import pytest
 import torch
 
 from del_core import DigitVocab, number_spans
-from del_core.evaluation.heldout import answer_accuracy, reference_answer, score_heldout
-from del_core.evaluation.numbers import numbers_match
 from del_core.evaluation.teacher_forced import TEACHER_FORCED_SUMS, summarise, teacher_forced_sums
 
 
@@ -53,26 +50,33 @@ def test_numbers_of_two_sequences_are_counted_apart():
     assert (metrics.numbers, metrics.number_acc, metrics.digit_acc) == (2, 0.5, 0.5)
 
 
-def test_reference_answer_uses_the_same_reader_as_outputs():
-    gold = reference_answer({"output": "12 * 3 = 36\nThe answer is 1,234.50."})
-    assert gold == "1,234.50" and numbers_match("1234.5", gold)
-    assert reference_answer({"output": "so x = 7", "answer": "8"}) == "8"
-    assert reference_answer({"output": "no numbers here"}) is None
+def test_sums_are_named_float64_scalars_that_can_be_accumulated_in_place():
+    vocab = DigitVocab(tuple(range(10)), 10)
+    targets = torch.tensor([[11, 11, -100]])  # no digit: every digit and number sum is 0
+    sums = teacher_forced_sums(torch.zeros(1, 3, 12), targets, vocab)
+    assert list(sums) == list(TEACHER_FORCED_SUMS)
+    assert all(v.dtype == torch.float64 and v.dim() == 0 for v in sums.values())
+    sums["digits"] += 3  # one sum changed in place leaves the others alone
+    assert float(sums["numbers"]) == 0.0 and float(sums["digit_hits"]) == 0.0
+    plain = teacher_forced_sums(torch.zeros(1, 3, 12), targets, None)
+    plain["digits"] += 1
+    assert float(plain["numbers"]) == 0.0 and float(plain["right_numbers"]) == 0.0
 
 
-def test_heldout_answers_are_scored_by_value():
-    rows = [
-        {"instruction": "a", "output": "The answer is 42."},
-        {"instruction": "b", "output": "The answer is 3.5."},
-        {"instruction": "c", "output": "The answer is 10."},
-    ]
-    # "The answer is" wins over a later number; 3.50 equals 3.5; no number is unanswered
-    outputs = ["The answer is 42. Check: 6 * 7 = 42, then 43", "3.50", "I cannot tell"]
-    scored, summary = score_heldout(rows, outputs)
-    assert [r["correct"] for r in scored] == [True, True, False] and scored[2]["unanswered"]
-    assert summary.n == 3 and summary.exact_acc == pytest.approx(2 / 3)
-    assert summary.answered == pytest.approx(2 / 3) and summary.mae == 0.0
-    assert answer_accuracy(rows[:2], ["41", "nothing"]) == 0.0
-    assert answer_accuracy([], []) == 0.0
-    with pytest.raises(ValueError, match="2 rows but 1 outputs"):
-        score_heldout(rows[:2], ["1"])
+def test_summarise_guards_empty_denominators():
+    metrics = summarise(dict.fromkeys(TEACHER_FORCED_SUMS, 0.0))
+    assert (metrics.ce, metrics.digit_acc, metrics.digit_entropy, metrics.number_acc) == (0.0, 0.0, 0.0, 0.0)
+    metrics = summarise(
+        {
+            **dict.fromkeys(TEACHER_FORCED_SUMS, 0.0),
+            "ce_sum": 6.0,
+            "tokens": 3.0,
+            "digit_hits": 1.0,
+            "digits": 4.0,
+            "entropy_sum": 2.0,
+            "right_numbers": 1.0,
+            "numbers": 2.0,
+        }
+    )
+    assert (metrics.ce, metrics.digit_acc, metrics.digit_entropy, metrics.number_acc) == (2.0, 0.25, 0.5, 0.5)
+    assert (metrics.tokens, metrics.digits, metrics.numbers) == (3.0, 4.0, 2.0)
