@@ -1,73 +1,247 @@
-"""A seeded generator of arithmetic word problems with exact integer and decimal answers.
+"""The project's one generator of seeded arithmetic word problems with exact answers.
 
-Rows are MathInstruct-style dicts: ``instruction``, ``input`` (empty), ``output`` (a worked step
-and "The answer is X."), plus ``answer`` (the exact answer as text). Arithmetic is done with
-``decimal.Decimal`` so answers carry no binary floating-point artefacts.
+Ten problem families (total cost, remaining, sum of counts, share, eggs left, percent of, average,
+product, decimal sum, meters to centimeters) each draw their numbers from a ``random.Random`` and
+return a :class:`Problem`: the question, worked steps ("expression = value" lines), an equivalent
+Python program ending in a print of the answer, and the answer as a ``decimal.Decimal`` (exact: no
+binary floating-point artefacts). Two problem sets use them:
+
+  :data:`TRAINING_SET`  five families, 6 items and 8 names; computed decimals are written as the
+                        Decimal arithmetic leaves them ("12 * 2.35 = 28.20", answer "28.20"). This is
+                        ``data=synthetic:N`` (:func:`make_problems`): the README's numbers were
+                        measured on it, so its rows must not change for a given seed.
+  :data:`STUDY_SET`     all ten families, 8 items and 10 names, values written without trailing zeros
+                        ("28.2"); the study's rows (:mod:`del_core.study.data`).
+
+The family order, the word lists and the order of the draws inside each family are part of what a
+seed means: reordering any of them changes every row after the first affected draw.
 """
+
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
-from typing import Callable
 
-ITEMS = ("apples", "notebooks", "tickets", "bottles of juice", "pencils", "bags of rice")
-NAMES = ("Ava", "Ben", "Chloe", "Dev", "Mia", "Omar", "Lena", "Tariq")
-
-
-def _money(rng: random.Random) -> Decimal:
-    return Decimal(rng.randint(105, 9999)) / 100
+ITEMS = ("apples", "notebooks", "tickets", "bottles of juice", "pencils", "bags of rice", "candles", "mugs")
+NAMES = ("Ava", "Ben", "Chloe", "Dev", "Mia", "Omar", "Lena", "Tariq", "Sofia", "Kenji")
 
 
-def _total_cost(rng: random.Random) -> tuple[str, str, Decimal]:
-    n, price, item, name = rng.randint(2, 48), _money(rng), rng.choice(ITEMS), rng.choice(NAMES)
+@dataclass(frozen=True)
+class Problem:
+    """One generated problem: the question, its worked steps, an equivalent program, the answer."""
+
+    question: str
+    steps: tuple[str, ...]  # "expression = value" lines
+    program: tuple[str, ...]  # Python lines ending in a print of the answer
+    answer: Decimal
+
+
+@dataclass(frozen=True)
+class Wording:
+    """What a family's text is made of: the nouns it draws from and how computed values are written."""
+
+    items: tuple[str, ...]
+    names: tuple[str, ...]
+    number: Callable[[Decimal], str]  # a computed value in a question or a step
+
+
+Family = Callable[[random.Random, Wording], Problem]
+
+
+def answer_text(value: Decimal) -> str:
+    """The value without exponent or trailing zeros ("28.20" -> "28.2", "36.00" -> "36")."""
+    return format(value.normalize(), "f")
+
+
+def _training_answer_text(value: Decimal) -> str:
+    """The training set's final answer: integers without a point ("3335.0" -> "3335"), other values
+    as computed ("28.20" stays)."""
+    return answer_text(value) if value == value.to_integral() else str(value)
+
+
+def _places(value: Decimal) -> int:
+    """Digits after the point of ``value`` as written by :func:`answer_text`."""
+    text = answer_text(value)
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def _print_line(name: str, value: Decimal) -> str:
+    """A print of float variable ``name`` that shows exactly ``value`` (rounded to its places)."""
+    places = _places(value)
+    return f"print(round({name}))" if places == 0 else f"print(round({name}, {places}))"
+
+
+def _money(rng: random.Random, low: int = 105, high: int = 9999) -> Decimal:
+    """An amount in dollars with cents, between ``low`` and ``high`` cents."""
+    return Decimal(rng.randint(low, high)) / 100
+
+
+def _total_cost(rng: random.Random, words: Wording) -> Problem:
+    n, price, item, name = rng.randint(2, 48), _money(rng), rng.choice(words.items), rng.choice(words.names)
     total = n * price
-    question = f"{name} buys {n} {item} at ${price} each. How much does {name} pay in total?"
-    return question, f"{n} * {price} = {total}", total
+    return Problem(
+        f"{name} buys {n} {item} at ${price} each. How much does {name} pay in total?",
+        (f"{n} * {price} = {words.number(total)}",),
+        (f"count = {n}", f"price = {price}", "total = count * price", _print_line("total", total)),
+        total,
+    )
 
 
-def _remaining(rng: random.Random) -> tuple[str, str, Decimal]:
+def _remaining(rng: random.Random, words: Wording) -> Problem:
     start = Decimal(rng.randint(1000, 99999)) / 10
     used = Decimal(rng.randint(10, int(start * 10) - 1)) / 10
-    question = f"A tank holds {start} liters of water. {used} liters are used. How many liters are left?"
-    return question, f"{start} - {used} = {start - used}", start - used
+    left = start - used
+    return Problem(
+        f"A tank holds {start} liters of water. {used} liters are used. How many liters are left?",
+        (f"{start} - {used} = {words.number(left)}",),
+        (f"capacity = {start}", f"used = {used}", "left = capacity - used", _print_line("left", left)),
+        left,
+    )
 
 
-def _sum_of_counts(rng: random.Random) -> tuple[str, str, Decimal]:
+def _sum_of_counts(rng: random.Random, words: Wording) -> Problem:
     a, b, c = (rng.randint(10, 9999) for _ in range(3))
-    question = f"A library lends {a} books in May, {b} in June and {c} in July. How many books in all?"
-    return question, f"{a} + {b} + {c} = {a + b + c}", Decimal(a + b + c)
+    return Problem(
+        f"A library lends {a} books in May, {b} in June and {c} in July. How many books in all?",
+        (f"{a} + {b} + {c} = {a + b + c}",),
+        (f"may = {a}", f"june = {b}", f"july = {c}", "print(may + june + july)"),
+        Decimal(a + b + c),
+    )
 
 
-def _share(rng: random.Random) -> tuple[str, str, Decimal]:
+def _share(rng: random.Random, words: Wording) -> Problem:
     people = rng.choice((2, 4, 5, 8))
-    each = Decimal(rng.randint(100, 99999)) / 100
+    each = _money(rng, 100, 99999)
     total = each * people
-    question = f"{people} friends share a bill of ${total} equally. How much does each friend pay?"
-    return question, f"{total} / {people} = {each}", each
+    bill = words.number(total)
+    return Problem(
+        f"{people} friends share a bill of ${bill} equally. How much does each friend pay?",
+        (f"{bill} / {people} = {words.number(each)}",),
+        (f"bill = {bill}", f"friends = {people}", "each = bill / friends", _print_line("each", each)),
+        each,
+    )
 
 
-def _product(rng: random.Random) -> tuple[str, str, Decimal]:
+def _eggs_left(rng: random.Random, words: Wording) -> Problem:
+    boxes, per_box = rng.randint(3, 60), rng.choice((6, 10, 12, 18, 24))
+    sold = rng.randint(1, boxes * per_box - 1)
+    total = boxes * per_box
+    name = rng.choice(words.names)
+    return Problem(
+        f"{name} has {boxes} boxes with {per_box} eggs each and sells {sold} eggs. How many eggs are left?",
+        (f"{boxes} * {per_box} = {total}", f"{total} - {sold} = {total - sold}"),
+        (f"boxes = {boxes}", f"per_box = {per_box}", f"sold = {sold}", "print(boxes * per_box - sold)"),
+        Decimal(total - sold),
+    )
+
+
+def _percent_of(rng: random.Random, words: Wording) -> Problem:
+    percent, base = rng.choice((5, 10, 12, 15, 20, 25, 30, 40, 75)), rng.randint(20, 2000)
+    value = Decimal(base) * percent / 100
+    return Problem(
+        f"What is {percent}% of {base}?",
+        (f"{base} * {percent} / 100 = {words.number(value)}",),
+        (f"base = {base}", f"percent = {percent}", "value = base * percent / 100", _print_line("value", value)),
+        value,
+    )
+
+
+def _average(rng: random.Random, words: Wording) -> Problem:
+    values = [rng.randint(10, 999) for _ in range(4)]
+    total = sum(values)
+    mean = Decimal(total) / 4
+    listed = ", ".join(str(v) for v in values[:-1]) + f" and {values[-1]}"
+    return Problem(
+        f"A shop sells {listed} items on four days. What is the average number of items per day?",
+        (f"{' + '.join(map(str, values))} = {total}", f"{total} / 4 = {words.number(mean)}"),
+        (f"sales = [{', '.join(map(str, values))}]", "mean = sum(sales) / len(sales)", _print_line("mean", mean)),
+        mean,
+    )
+
+
+def _product(rng: random.Random, words: Wording) -> Problem:
     a, b = rng.randint(12, 999), rng.randint(3, 99)
-    return f"What is {a} times {b}?", f"{a} * {b} = {a * b}", Decimal(a * b)
+    return Problem(f"What is {a} times {b}?", (f"{a} * {b} = {a * b}",), (f"print({a} * {b})",), Decimal(a * b))
 
 
-GENERATORS: tuple[Callable[[random.Random], tuple[str, str, Decimal]], ...] = (
-    _total_cost,
-    _remaining,
-    _sum_of_counts,
-    _share,
-    _product,
+def _decimal_sum(rng: random.Random, words: Wording) -> Problem:
+    a, b = Decimal(rng.randint(100, 99999)) / 100, Decimal(rng.randint(10, 9999)) / 10
+    total = a + b
+    return Problem(
+        f"Calculate {a} + {b}.",
+        (f"{a} + {b} = {words.number(total)}",),
+        (f"total = {a} + {b}", _print_line("total", total)),
+        total,
+    )
+
+
+def _meters_to_cm(rng: random.Random, words: Wording) -> Problem:
+    meters = Decimal(rng.randint(101, 99999)) / 100
+    cm = meters * 100
+    return Problem(
+        f"A rope is {meters} meters long. How long is it in centimeters?",
+        (f"{meters} * 100 = {words.number(cm)}",),
+        (f"meters = {meters}", "centimeters = meters * 100", _print_line("centimeters", cm)),
+        cm,
+    )
+
+
+@dataclass(frozen=True)
+class ProblemSet:
+    """Families drawn uniformly (in this order), the wording of their text, and how the final answer
+    ("The answer is X.") is written."""
+
+    families: tuple[Family, ...]
+    wording: Wording
+    answer: Callable[[Decimal], str]
+
+    def draw(self, rng: random.Random) -> tuple[str, Problem]:
+        """(family name, problem): one family drawn, then its numbers, from ``rng``."""
+        family = rng.choice(self.families)
+        return family.__name__.lstrip("_"), family(rng, self.wording)
+
+
+TRAINING_SET = ProblemSet(
+    families=(_total_cost, _remaining, _sum_of_counts, _share, _product),
+    wording=Wording(items=ITEMS[:6], names=NAMES[:8], number=str),
+    answer=_training_answer_text,
+)
+STUDY_SET = ProblemSet(
+    families=(
+        _total_cost,
+        _remaining,
+        _sum_of_counts,
+        _share,
+        _eggs_left,
+        _percent_of,
+        _average,
+        _product,
+        _decimal_sum,
+        _meters_to_cm,
+    ),
+    wording=Wording(items=ITEMS, names=NAMES, number=answer_text),
+    answer=answer_text,
 )
 
 
 def make_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
-    """``count`` problems, the same for the same seed."""
+    """``count`` rows of :data:`TRAINING_SET`, the same for the same seed (questions may repeat).
+
+    Each row: ``instruction`` (the question), ``input`` (empty), ``output`` (the worked steps, then
+    "The answer is X.") and ``answer`` (X, the exact answer as text)."""
     rng = random.Random(seed)
     rows = []
     for _ in range(count):
-        question, step, answer = rng.choice(GENERATORS)(rng)
-        text = format(answer.normalize(), "f") if answer == answer.to_integral() else str(answer)
+        _, problem = TRAINING_SET.draw(rng)
+        answer = TRAINING_SET.answer(problem.answer)
         rows.append(
-            {"instruction": question, "input": "", "output": f"{step}\nThe answer is {text}.", "answer": text}
+            {
+                "instruction": problem.question,
+                "input": "",
+                "output": "\n".join(problem.steps) + f"\nThe answer is {answer}.",
+                "answer": answer,
+            }
         )
     return rows

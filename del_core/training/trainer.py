@@ -23,7 +23,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from del_core import DigitVocab, MultiDigitVocabularyError, build_loss
+from del_core import DigitVocab, MultiDigitVocabularyError, NumberSpans, build_loss
 from del_core.config import ConfigError, config_to_dict, config_to_yaml
 from del_core.data.splits import TrainingData, prepare_training_data
 from del_core.data.tokenized import TokenBatch, collate
@@ -337,7 +337,7 @@ class Trainer:
                 position_ids=batch.position_ids,
                 num_tokens=num_tokens,
                 num_digits=num_digits,
-                spans=batch.spans,
+                spans=self._spans_input(batch),
             )
             # Each micro-batch loss is already divided by the global counts: the gradient wanted is
             # the plain sum over micro-batches and data-parallel ranks, which DeepSpeed averages over.
@@ -364,6 +364,12 @@ class Trainer:
         self.reporter.log(record, console=self.step % log_every == 0 or self.step == self.total_steps)
         self.reporter.advance(record)
         return record
+
+    def _spans_input(self, batch: TokenBatch) -> Optional[NumberSpans]:
+        """The batch's spans for the loss; None under tensor parallelism, where DeepSpeed's check
+        that the ranks of a group got the same inputs cannot compare a tuple of tensors (the loss
+        then finds the spans again on the device)."""
+        return batch.spans if self.dims.tp == 1 else None
 
     def maybe_checkpoint(self) -> bool:
         """Checkpoint every ``run.save_every`` steps, and when a stop signal arrived (then mark the

@@ -1,32 +1,28 @@
-"""recipes/study.py: its parts on hand-made numbers, and a 2-step smoke run of the whole study (2 losses,
-1 seed) on a tiny random Qwen2 with the real Qwen2 tokenizer, run twice to check that it resumes.
+"""del_core.study's parts on hand-made numbers: aggregation, curves, held-out scoring, the study's
+rows and splits, the report's verdicts, the configuration and the reading of typed metrics records."""
 
-The study itself (recipes/configs/study-cpu.yaml, ~50 min) is not run here."""
 from __future__ import annotations
 
 import contextlib
 import io
 import json
 import math
-import os
-import subprocess
-import sys
-import time
 from decimal import Decimal
 
 import pytest
 
-from conftest import REPO, real_tokenizer, shared_dir
-from recipes.study import (StudyError, aggregate, load_study_config, mean_curve, score_heldout,
-                           train_overrides)
-from recipes.study_data import make_rows, make_splits
-from recipes.study_report import compare, markdown, verdicts
+from del_core.config import split_command_line
+from del_core.evaluation.heldout import score_heldout
+from del_core.study import StudyError, aggregate, load_study_config, mean_curve, run_metrics, train_overrides
+from del_core.study.data import make_rows, make_splits
+from del_core.study.report import compare, markdown, verdicts
+from del_core.training.records import EvalRecord, FinalRecord, TrainRecord, record_to_json
+from helpers.shared import REPO
 
-STUDY = REPO / "recipes" / "study.py"
 CPU_CONFIG = REPO / "recipes" / "configs" / "study-cpu.yaml"
+GPU_CONFIG = REPO / "recipes" / "configs" / "study-gpu.yaml"
 
 
-# --- parts --------------------------------------------------------------------------------------
 def test_aggregate_mean_and_sample_std():
     stats = aggregate([0.50, 0.60, 0.70])
     assert stats["mean"] == pytest.approx(0.60) and stats["std"] == pytest.approx(0.10) and stats["n"] == 3
@@ -44,16 +40,19 @@ def test_mean_curve_over_seeds():
 
 
 def test_score_heldout_on_hand_made_answers():
-    rows = [{"instruction": "q1", "answer": "28.2"}, {"instruction": "q2", "answer": "393"},
-            {"instruction": "q3", "answer": "10"}]
+    rows = [
+        {"instruction": "q1", "answer": "28.2"},
+        {"instruction": "q2", "answer": "393"},
+        {"instruction": "q3", "answer": "10"},
+    ]
     outputs = ["12 * 2.35 = 28.2\nThe answer is 28.2.", "131 * 3 = 390\nThe answer is 390.", "I do not know."]
     scored, summary = score_heldout(rows, outputs)
     assert [r["correct"] for r in scored] == [True, False, False]
     assert [r["answer"] for r in scored] == ["28.2", "390", None]
-    assert summary["n"] == 3 and summary["exact_acc"] == pytest.approx(1 / 3)
-    assert summary["answered"] == pytest.approx(2 / 3)
-    assert summary["mae"] == pytest.approx(3 / 2)  # over the 2 answered rows: |28.2-28.2|, |390-393|
-    assert summary["log_mae"] == pytest.approx(abs(math.log(391) - math.log(394)) / 2)
+    assert summary.n == 3 and summary.exact_acc == pytest.approx(1 / 3)
+    assert summary.answered == pytest.approx(2 / 3)
+    assert summary.mae == pytest.approx(3 / 2)  # over the 2 answered rows: |28.2-28.2|, |390-393|
+    assert summary.log_mae == pytest.approx(abs(math.log(391) - math.log(394)) / 2)
 
 
 def test_generated_programs_print_their_answers_and_splits_are_disjoint():
@@ -74,17 +73,38 @@ def test_generated_programs_print_their_answers_and_splits_are_disjoint():
     assert len(make_rows(20, seed=1, program_share=0.0)) == 20
 
 
+# make_splits(6, 3, seed=11), computed with recipes/study_data.py before the generators were merged.
+SPLIT_SEED_11 = [
+    {"instruction": "What is 898 times 74?", "input": "", "output": "898 * 74 = 66452\nThe answer is 66452.",
+     "answer": "66452", "family": "product", "style": "steps"},
+    {"instruction": "4 friends share a bill of $2687.84 equally. How much does each friend pay? Let's write a program.",
+     "input": "", "output": "```python\nbill = 2687.84\nfriends = 4\neach = bill / friends\nprint(round(each, 2))\n"
+     "```\nThe answer is 671.96.", "answer": "671.96", "family": "share", "style": "program"},
+    {"instruction": "A shop sells 997, 473, 679 and 766 items on four days. What is the average number of items "
+     "per day?", "input": "", "output": "997 + 473 + 679 + 766 = 2915\n2915 / 4 = 728.75\nThe answer is 728.75.",
+     "answer": "728.75", "family": "average", "style": "steps"},
+]  # fmt: skip
+
+
+def test_study_rows_are_the_ones_of_before_the_merge():
+    train, heldout = make_splits(6, 3, seed=11)
+    assert [train[0], train[2], train[5]] == SPLIT_SEED_11
+    assert heldout[0]["output"] == "287 * 87 = 24969\nThe answer is 24969."
+
+
 def _results(del_values, mle_values):
-    return {"model": "m", "seeds": [0, 1, 2], "reference": {}, "config": {},
-            "losses": {"del": {"exact_acc": aggregate(del_values), "tf_digit_entropy": aggregate([0.5])},
-                       "mle": {"exact_acc": aggregate(mle_values), "tf_digit_entropy": aggregate([0.4])}}}
+    return {
+        "model": "m", "seeds": [0, 1, 2], "reference": {}, "config": {},
+        "losses": {"del": {"exact_acc": aggregate(del_values), "tf_digit_entropy": aggregate([0.5])},
+                   "mle": {"exact_acc": aggregate(mle_values), "tf_digit_entropy": aggregate([0.4])}},
+    }  # fmt: skip
 
 
 def test_verdict_is_computed_from_the_numbers():
     clear = _results([0.50, 0.52, 0.54], [0.30, 0.31, 0.32])
     found = compare(clear, "exact_acc", "del", "mle")
     assert found["diff"] == pytest.approx(21.0)
-    assert found["se"] == pytest.approx(100 * math.sqrt(0.02 ** 2 / 3 + 0.01 ** 2 / 3))
+    assert found["se"] == pytest.approx(100 * math.sqrt(0.02**2 / 3 + 0.01**2 / 3))
     assert found["verdict"] == "better"
     assert "+21.0 points" in verdicts(clear)[0] and "DEL is better than MLE here" in verdicts(clear)[0]
     noisy = _results([0.50, 0.20, 0.80], [0.45, 0.15, 0.75])
@@ -102,64 +122,57 @@ def test_config_errors_name_the_key(tmp_path):
         load_study_config(CPU_CONFIG, ["seed=3"])
     with pytest.raises(StudyError, match="losses: unknown"):
         load_study_config(CPU_CONFIG, ["losses=mle,nope"])
+    with pytest.raises(StudyError, match=r"unknown training key 'run.max_stepz' \(did you mean run.max_steps"):
+        load_study_config(CPU_CONFIG, ["train.run.max_stepz=3"])
+    with pytest.raises(StudyError, match="'run.output_dir' is set by the study"):
+        load_study_config(CPU_CONFIG, ["train={run: {output_dir: x}}"])
+    with pytest.raises(StudyError, match="run.max_steps: Value 'many'"):
+        load_study_config(CPU_CONFIG, ["--max_steps=many"])
+    with pytest.raises(StudyError, match="run.global_batch_size 12 is not a multiple of run.micro_batch_size 8"):
+        load_study_config(CPU_CONFIG, ["run.global_batch_size=12"])
+    with pytest.raises(StudyError, match="heldout_size must be > 0"):
+        load_study_config(None, ["heldout_size=0"])
     config = load_study_config(CPU_CONFIG, ["max_steps=3", "losses=mle,del", "seeds=0,1"])
-    assert config.losses == ("mle", "del") and config.seeds == (0, 1) and config.train["max_steps"] == 3
+    assert config.losses == ["mle", "del"] and config.seeds == [0, 1] and config.train["run"]["max_steps"] == 3
     args = train_overrides(config, "del", 1, tmp_path / "run")
-    assert "max_steps=3" in args and "loss=del" in args and "seed=1" in args and "eval_generate=0" in args
+    assert "run.max_steps=3" in args and "loss=del" in args and "run.seed=1" in args and "data.eval_generate=0" in args
 
 
-# --- the whole study, twice ---------------------------------------------------------------------
-def _study(args, timeout=240):
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
-    started = time.time()
-    proc = subprocess.run([sys.executable, str(STUDY), *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, f"study.py exited {proc.returncode}\n{proc.stdout[-5000:]}\n{proc.stderr[-5000:]}"
-    return proc, time.time() - started
+def test_training_keys_in_every_spelling_reach_the_train_section(tmp_path):
+    config = load_study_config(
+        GPU_CONFIG,
+        split_command_line(
+            ["--lr", "1e-4", "train.run.log_every=5", "seeds=3", "optimizer=torch", "--cache_dir", str(tmp_path)]
+        )[1],
+    )
+    assert config.seeds == [3]
+    assert config.train["optimizer"] == {"lr": 1e-4, "warmup_ratio": 0.03, "name": "torch"}
+    assert config.train["run"]["log_every"] == 5 and config.train["model"]["cache_dir"] == str(tmp_path)
+    assert config.train["model"]["precision"] == "bf16"  # from the YAML's nested train section
+    args = train_overrides(config, "mle", 3, tmp_path / "run")
+    assert "optimizer.lr=0.0001" in args and 'run.report_to=["jsonl", "tensorboard"]' in args
+    assert f"run.output_dir={tmp_path / 'run'}" in args and "loss.weight=" in args
 
 
-def test_study_smoke_two_losses_one_seed_then_resume(tmp_path):
-    from train_helpers import make_tiny_qwen2
+def _write_metrics(run_dir, records):
+    run_dir.mkdir(parents=True)
+    lines = [json.dumps({**record_to_json(r), "time": 1.0}) for r in records]
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
-    root = shared_dir()
-    if root is None:
-        pytest.skip("shared material not found: set DEL_SHARED_DIR")
-    model = make_tiny_qwen2(tmp_path / "tiny-qwen2", real_tokenizer("qwen2"))
-    out = tmp_path / "study"
-    args = [str(CPU_CONFIG), "--model", str(model), "--losses", "mle,del", "--seeds", "0", "--output_root", str(out),
-            "--max_steps", "2", "--global_batch_size", "4", "--micro_batch_size", "4", "--lr", "1e-3",
-            "--train_size", "24", "--heldout_size", "4", "--heldout_generate", "3", "--heldout_max_new_tokens", "6",
-            "--benchmark-dir", str(root / "data" / "benchmarks"), "--benchmark_limit", "2",
-            "--benchmark_max_new_tokens", "8", "--threads", "1", "--cache_dir", str(tmp_path / "cache")]
-    first, _ = _study(args)
-    assert "3/3 del seed 0" in first.stdout and "ETA" in first.stdout
-    assert first.stdout.count("trained in") == 2
 
-    results = json.loads((out / "results.json").read_text())
-    assert set(results["losses"]) == {"mle", "del"}
-    for loss, per in results["losses"].items():
-        run = results["runs"][loss]["0"]
-        for key in ("exact_acc", "answered", "tf_number_acc", "tf_digit_entropy", "tf_ce", "gsm8k_acc", "svamp_acc",
-                    "bench_macc", "train_time_s"):
-            assert per[key]["n"] == 1 and per[key]["std"] is None, (loss, key)
-            assert math.isfinite(per[key]["mean"]) and per[key]["mean"] == run[key], (loss, key)
-        assert per["tf_digit_entropy"]["mean"] > 0 and 0 <= per["exact_acc"]["mean"] <= 1
-        assert results["curves"][loss]["step"] == [1, 2] and all(map(math.isfinite, results["curves"][loss]["mean"]))
-    assert math.isfinite(results["reference"]["tf_digit_entropy"]) and "exact_acc" in results["reference"]
-    assert any(line.startswith("DEL vs MLE (held-out exact-number accuracy)") for line in results["verdict"])
-    for name in ("mle", "del"):  # evaluate.py's outputs for 2 + 2 questions
-        assert json.loads((out / name / "seed0" / "heldout" / "summary.json").read_text())["n"] == 3
-        bench = json.loads((out / name / "seed0" / "benchmarks" / "summary.json").read_text())
-        assert {b: s["n"] for b, s in bench["benchmarks"].items()} == {"gsm8k": 2, "svamp": 2}
-    table = (out / "results.md").read_text()
-    assert "| pretrained (reference) |" in table and "| mle | 1 |" in table and "| del | 1 |" in table
-    assert "DEL vs MLE" in table
-    assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+def test_run_metrics_read_the_typed_records(tmp_path):
+    def train(step, ce):
+        return TrainRecord(step, ce + 0.1, ce, 0.1, 0.5, 0.2, 10, 4, 1e-3, 1.0, 100.0, 0.1, 1.0)
 
-    metrics = {name: (out / name / "seed0" / "metrics.jsonl").stat().st_mtime_ns for name in ("mle", "del")}
-    second, seconds = _study(args)
-    assert second.stdout.count("skipped") >= 3 and "trained in" not in second.stdout
-    assert "training skipped" in second.stdout and "[run]" not in second.stdout
-    assert {name: (out / name / "seed0" / "metrics.jsonl").stat().st_mtime_ns for name in metrics} == metrics
-    assert json.loads((out / "results.json").read_text())["losses"] == results["losses"]
-    assert seconds < 60
+    def held_out(step, label, ce):
+        return EvalRecord(step, label, ce, 0.5 + step / 10, 0.8 - step / 10, 0.25 + step / 10, 20, 8, 2)
+
+    before, after = held_out(0, "before", 3.0), held_out(2, "after", 2.0)
+    run_dir = tmp_path / "mle" / "seed0"
+    _write_metrics(run_dir, [before, train(1, 2.5), train(2, 2.2), after, FinalRecord(2, 4.5, None, before, after)])
+    result = run_metrics(run_dir)
+    assert result.before == before
+    assert result.metrics["tf_ce"] == 2.0 and result.metrics["tf_number_acc"] == pytest.approx(0.45)
+    assert result.metrics["tf_digit_entropy"] == pytest.approx(0.6) and result.metrics["train_time_s"] == 4.5
+    assert [p["step"] for p in result.curve] == [1, 2] and result.curve[1]["ce"] == 2.2
+    assert result.metrics["exact_acc"] is None  # no held-out answers written

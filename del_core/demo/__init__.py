@@ -1,0 +1,1 @@
+"""Offline demonstrations on a real pretrained model (``recipes/loss_demo.py``)."""

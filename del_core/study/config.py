@@ -1,0 +1,228 @@
+"""The study's configuration: :class:`StudyConfig` (a structured config of
+:mod:`del_core.config`), its output layout :class:`StudyPaths`, and the training command line of
+each run (:func:`train_overrides`), validated before anything runs.
+
+    config = load_study_config("recipes/configs/study-cpu.yaml", ["losses=mle,del", "max_steps=2"])
+
+Overrides are ``key=value``: a key of :class:`StudyConfig` sets the study; a training key
+(``run.max_steps``, ``optimizer.lr``, or the old flat ``max_steps``, ``lr``; also ``train.<key>``
+or ``train={run: {max_steps: 2}}``) goes to the ``train`` section, shared by every run.
+"""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Optional
+
+from del_core.config import ConfigError, config_to_dict, load_config
+from del_core.losses import LOSS_NAMES
+from del_core.models.sources import ModelSourceError, check_model_source
+from del_core.study.training_keys import (
+    TrainItem,
+    flatten,
+    is_training_key,
+    items_of_mapping,
+    items_of_override,
+    nest,
+    override_text,
+)
+from del_core.training.config import TRAIN_ALIASES, TrainConfig
+
+STUDY_LOSSES = ("mle", "mixce", "emo", "ntl_was", "dist2", "del")
+# Keys that may change between invocations on the same output_root (they do not change results).
+RESUMABLE_KEYS = ("losses", "seeds", "output_root", "threads", "benchmark_dir", "eval_batch_size", "keep_weights")
+
+
+class StudyError(RuntimeError):
+    """A bad study configuration or a failed step; the message says which and where."""
+
+
+@dataclass
+class StudyConfig:
+    """Every key of a study YAML file. Sizes are in problems (rows) and tokens."""
+
+    model: str = "smollm2"  # the starting model of every run (a del_core.models.sources source)
+    losses: list[str] = field(default_factory=lambda: list(STUDY_LOSSES))
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    output_root: str = "runs/study"
+    loss_weights: dict[str, float] = field(default_factory=dict)  # loss -> lambda; absent = the loss's default
+    # data (del_core.study.data)
+    data_seed: int = 1234
+    train_size: int = 400
+    heldout_size: int = 48  # held-out rows evaluated teacher-forced by train.py
+    heldout_generate: int = 16  # held-out rows answered by greedy generation (of the styles below)
+    generate_styles: list[str] = field(default_factory=lambda: ["steps"])  # steps, program
+    program_share: float = 0.5  # share of rows written as programs
+    heldout_max_new_tokens: int = 40
+    # benchmarks (recipes/evaluate.py)
+    benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "svamp"])  # empty: none
+    benchmark_limit: int = 4  # the first N questions of each benchmark
+    benchmark_max_new_tokens: int = 128
+    benchmark_dir: Optional[str] = None  # default $DEL_BENCHMARK_DIR
+    eval_backend: str = "hf"  # hf, vllm or auto (recipes/evaluate.py --backend)
+    eval_batch_size: int = 8
+    # machine
+    threads: int = 2  # OMP threads of training and torch threads of evaluation (CPU)
+    keep_weights: bool = True  # False: delete OUTPUT_DIR/final/*.safetensors once a run is evaluated
+    # training keys shared by every run, nested by section ({run: {max_steps: 6}}); del_core.training.config
+    train: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._check_lists()
+        for name in (
+            "train_size",
+            "heldout_size",
+            "heldout_max_new_tokens",
+            "eval_batch_size",
+            "threads",
+            "benchmark_max_new_tokens",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.heldout_generate < 0 or self.benchmark_limit < 0:
+            raise ConfigError("heldout_generate and benchmark_limit must be >= 0")
+        if not 0.0 <= self.program_share <= 1.0:
+            raise ConfigError(f"program_share must be in [0, 1], got {self.program_share}")
+        if self.eval_backend not in ("hf", "vllm", "auto"):
+            raise ConfigError(f"eval_backend must be hf, vllm or auto, got {self.eval_backend!r}")
+        if self.benchmarks:
+            from del_core.evaluation.benchmarks import BenchmarkError, parse_benchmark_list
+
+            try:
+                parse_benchmark_list(",".join(self.benchmarks))
+            except BenchmarkError as err:
+                raise ConfigError(f"benchmarks: {err}") from None
+
+    def _check_lists(self) -> None:
+        unknown = [loss for loss in self.losses if loss not in LOSS_NAMES]
+        if unknown or not self.losses:
+            raise ConfigError(f"losses: unknown {unknown or 'none given'}; choose from {', '.join(LOSS_NAMES)}")
+        if not self.seeds:
+            raise ConfigError("seeds: give at least one seed")
+        if len(set(self.losses)) != len(self.losses) or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError("losses and seeds must not repeat")
+        for loss in self.loss_weights:
+            if loss not in self.losses:
+                raise ConfigError(f"loss_weights: {loss!r} is not one of the study's losses {list(self.losses)}")
+        bad_styles = set(self.generate_styles) - {"steps", "program"}
+        if bad_styles or not self.generate_styles:
+            raise ConfigError(f"generate_styles: {sorted(bad_styles) or 'none given'}; choose from steps, program")
+
+
+STUDY_KEYS = tuple(f.name for f in fields(StudyConfig))
+_LIST_KEYS = tuple(name for name, hint in typing.get_type_hints(StudyConfig).items() if typing.get_origin(hint) is list)
+
+
+@dataclass(frozen=True)
+class StudyPaths:
+    """Where a study writes, under ``root`` (its output_root)."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def train_data(self) -> Path:
+        return self.data / "train.jsonl"
+
+    @property
+    def heldout_data(self) -> Path:
+        return self.data / "heldout.jsonl"
+
+    @property
+    def pretrained(self) -> Path:
+        """The reference (the starting model) evaluated like the runs."""
+        return self.root / "pretrained"
+
+    def run_dir(self, loss: str, seed: int) -> Path:
+        return self.root / loss / f"seed{seed}"
+
+
+def train_overrides(config: StudyConfig, loss: str, seed: int, run_dir: Path) -> list[str]:
+    """train.py's ``key=value`` arguments (canonical dotted keys) for one (loss, seed) run: the
+    ``train`` section, then the keys the study owns."""
+    paths = StudyPaths(Path(config.output_root))
+    values = {
+        **flatten(config.train),
+        "model": config.model,
+        "loss": loss,
+        "loss.weight": config.loss_weights.get(loss),
+        "run.seed": seed,
+        "data": paths.train_data,
+        "data.eval_source": paths.heldout_data,
+        "data.eval_size": config.heldout_size,
+        "data.eval_generate": 0,
+        "run.output_dir": run_dir,
+        "run.export": True,
+    }
+    return [f"{key}={override_text(value)}" for key, value in values.items()]
+
+
+def _split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[TrainItem]]:
+    """(study overrides, training items) of command-line ``key=value`` overrides; a list-valued study
+    key given one value (``seeds=0``) or ``none`` is written as a YAML list for the loader."""
+    study: list[str] = []
+    train: list[TrainItem] = []
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep:
+            raise ConfigError(f"override {item!r}: expected key=value")
+        if key in STUDY_KEYS and key != "train":
+            if key in _LIST_KEYS and not text.strip().startswith("["):
+                text = "[]" if text.strip() in ("", "none") else f"[{text}]"
+            study.append(f"{key}={text}")
+        elif key == "train" or key.startswith("train.") or is_training_key(key):
+            train += items_of_override(key, text)
+        else:
+            study.append(f"{key}={text}")  # the loader names the unknown key and close study keys
+    return study, train
+
+
+def _typed_train_section(config: StudyConfig, sources: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``config.train`` with its values typed by the training schema, after building every loss's
+    full training configuration (:class:`~del_core.training.config.TrainConfig`) from its
+    :func:`train_overrides`; a :class:`ConfigError` names the key, the loss and ``sources`` (where
+    the train keys were written).
+
+    The data files are the study's own (written by its data step, after this check), so of the
+    sources only the models are checked here; ``load_train_config`` would require the files too."""
+    typed: dict[str, Any] = {}
+    for loss in config.losses:
+        args = train_overrides(config, loss, config.seeds[0], Path(config.output_root) / loss / "check")
+        try:
+            typed = config_to_dict(load_config(TrainConfig, None, args, aliases=TRAIN_ALIASES))
+        except ConfigError as err:
+            raise ConfigError(
+                f"the training configuration of loss {loss} (train keys from "
+                f"{', '.join(sources) or 'nowhere'}): {str(err).removeprefix('command line: ')}"
+            ) from None
+    try:
+        check_model_source(config.model, "model")
+        if typed["model"]["tokenizer"]:
+            check_model_source(typed["model"]["tokenizer"], "train.model.tokenizer")
+    except ModelSourceError as err:
+        raise ConfigError(str(err)) from None
+    return {section: {name: typed[section][name] for name in values} for section, values in config.train.items()}
+
+
+def load_study_config(recipe: Optional[str | Path] = None, overrides: Sequence[str] = ()) -> StudyConfig:
+    """The study YAML ``recipe`` (or the defaults) with ``key=value`` overrides (module docstring),
+    validated, with every run's training configuration built once; :class:`StudyError` names the
+    bad key and where it was written."""
+    try:
+        study_overrides, cli_items = _split_overrides(overrides)
+        config = load_config(StudyConfig, recipe, study_overrides)
+        where = f"{recipe}: train" if recipe is not None else "train"
+        items = items_of_mapping(config.train, where) + cli_items
+        config.train = nest(items)
+        config.train = _typed_train_section(config, sorted({item.where for item in items}))
+    except ConfigError as err:
+        raise StudyError(str(err)) from None
+    config.output_root = str(Path(config.output_root).resolve())  # train.py runs with the repository as cwd
+    return config

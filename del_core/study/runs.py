@@ -1,0 +1,162 @@
+"""One unit of the study's work: a training run (``recipes/train.py`` in a subprocess), the greedy
+held-out answers of a model, and the benchmarks (``recipes/evaluate.py`` in a subprocess).
+
+Every step has a done marker, written last, so an interrupted study redoes only what is missing:
+the "final" record of RUN_DIR/metrics.jsonl (training), and the summary.json of
+UNIT_DIR/heldout/ and UNIT_DIR/benchmarks/ (evaluations).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Optional
+
+from del_core.data.jsonl import write_jsonl
+from del_core.data.prompting import format_prompt
+from del_core.study.config import StudyConfig, StudyError, train_overrides
+from del_core.training.records import read_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+TRAIN = REPO / "recipes" / "train.py"
+EVALUATE = REPO / "recipes" / "evaluate.py"
+
+
+def training_done(run_dir: Path) -> bool:
+    """train.py finished: RUN_DIR/metrics.jsonl holds its final record."""
+    return bool(read_metrics(run_dir, "final"))
+
+
+def evaluation_done(unit_dir: Path, with_benchmarks: bool) -> bool:
+    """Both evaluations of a run (or of the reference) have written their summary.json."""
+    return (unit_dir / "heldout" / "summary.json").is_file() and (
+        not with_benchmarks or (unit_dir / "benchmarks" / "summary.json").is_file()
+    )
+
+
+def subprocess_env(config: StudyConfig) -> dict[str, str]:
+    """The environment of train.py and evaluate.py: ``threads`` OpenMP threads, passive waiting,
+    DeepSpeed on the CPU accelerator when there is no GPU."""
+    import torch
+
+    env = {**os.environ, "OMP_NUM_THREADS": str(config.threads), "TOKENIZERS_PARALLELISM": "false"}
+    # Busy-waiting OpenMP threads are many times slower when another job shares the cores.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if not torch.cuda.is_available():
+        env.setdefault("DS_ACCELERATOR", "cpu")
+    return env
+
+
+def run_logged(command: Sequence[str], log_path: Path, env: dict[str, str], what: str) -> None:
+    """Run ``command`` (cwd: the repository) with stdout and stderr into ``log_path``; StudyError
+    with the last 4000 characters of the log when it fails."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.run(list(command), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tail = log_path.read_text(errors="replace")[-4000:]
+        raise StudyError(f"{what} failed (exit {proc.returncode}); log {log_path}:\n{tail}")
+
+
+def train_run(config: StudyConfig, loss: str, seed: int, run_dir: Path) -> None:
+    """train.py for one (loss, seed) into ``run_dir``, logged to RUN_DIR.train.log beside it. A
+    leftover unfinished run there is removed first (its metrics.jsonl would be appended to)."""
+    if run_dir.exists():
+        print(f"[study]   removing the unfinished run in {run_dir}", flush=True)
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    command = [sys.executable, str(TRAIN), *train_overrides(config, loss, seed, run_dir)]
+    run_logged(
+        command, run_dir.parent / f"{run_dir.name}.train.log", subprocess_env(config), f"training {loss} seed {seed}"
+    )
+    if not training_done(run_dir):
+        raise StudyError(f"training {loss} seed {seed} exited 0 but wrote no final record in {run_dir}/metrics.jsonl")
+
+
+def evaluate_heldout(config: StudyConfig, model: str, rows: Sequence[dict], out_dir: Path) -> None:
+    """Greedy answers of ``model`` to ``rows`` (the training prompt template, batched HF generate),
+    scored into OUT_DIR/predictions.jsonl and OUT_DIR/summary.json (written last: the done marker;
+    HeldoutSummary fields plus ``seconds``, the wall time of loading, generating and scoring)."""
+    import torch
+
+    from del_core.evaluation.generation import HFGenerator
+    from del_core.evaluation.heldout import score_heldout
+    from del_core.models.sources import resolve_model
+
+    started = time.time()
+    torch.set_num_threads(config.threads)
+    generator = HFGenerator(
+        resolve_model(model), batch_size=config.eval_batch_size, max_new_tokens=config.heldout_max_new_tokens
+    )
+    outputs = generator.generate([format_prompt(r["instruction"], r.get("input", "")) for r in rows], desc="held-out")
+    del generator
+    scored, summary = score_heldout(rows, outputs)
+    write_jsonl(out_dir / "predictions.jsonl", scored)
+    _write_marker(out_dir / "summary.json", {**summary.to_json(), "seconds": round(time.time() - started, 1)})
+
+
+def _write_marker(path: Path, data: dict) -> None:
+    """Write the JSON ``data`` to ``path`` atomically: a done marker is either whole or absent."""
+    staging = path.with_name(f".{path.name}.partial")
+    staging.write_text(json.dumps(data, indent=2) + "\n")
+    staging.replace(path)
+
+
+def evaluate_benchmarks(config: StudyConfig, model: str, data_dir: Path, out_dir: Path) -> None:
+    """``recipes/evaluate.py`` on the first ``benchmark_limit`` questions of each benchmark, into
+    OUT_DIR (its summary.json is the done marker); its console output goes to OUT_DIR.log."""
+    command = [
+        sys.executable,
+        str(EVALUATE),
+        model,
+        "--data-dir",
+        str(data_dir),
+        "--benchmarks",
+        ",".join(config.benchmarks),
+        "--limit",
+        str(config.benchmark_limit),
+        "--backend",
+        config.eval_backend,
+        "--max-new-tokens",
+        str(config.benchmark_max_new_tokens),
+        "--batch-size",
+        str(config.eval_batch_size),
+        "--threads",
+        str(config.threads),
+        "--workers",
+        str(max(1, config.threads)),
+        "--output-dir",
+        str(out_dir),
+    ]
+    run_logged(command, out_dir.parent / f"{out_dir.name}.log", subprocess_env(config), f"evaluate.py on {model}")
+
+
+def benchmark_dir(config: StudyConfig) -> Optional[Path]:
+    """The benchmark directory to use, or None (with a printed reason) when benchmarks are skipped."""
+    if not config.benchmarks or config.benchmark_limit == 0:
+        return None
+    value = config.benchmark_dir or os.environ.get("DEL_BENCHMARK_DIR")
+    skipping = f"skipping {', '.join(config.benchmarks)}"
+    if not value:
+        print(
+            f"[study] no benchmark directory (pass --benchmark-dir DIR or set DEL_BENCHMARK_DIR): {skipping}",
+            flush=True,
+        )
+        return None
+    path = Path(value)
+    if not path.is_dir():
+        print(f"[study] benchmark directory {path} not found: {skipping}", flush=True)
+        return None
+    return path
+
+
+def drop_weights(run_dir: Path) -> None:
+    """Delete RUN_DIR/final's weight files (keep_weights: false); config and tokenizer stay."""
+    for path in (run_dir / "final").glob("*.safetensors"):
+        path.unlink()
