@@ -156,10 +156,12 @@ def _place(key: str, value: Any, schema: type, aliases: KeyAliases, where: str, 
 
 
 def _as_list_if_needed(current: DictConfig, dotted: str, value: Any) -> Any:
-    """``a,b`` for a list-valued key is the list [a, b] (command-line shorthand)."""
-    if isinstance(value, str) and isinstance(OmegaConf.select(current, dotted), ListConfig):
+    """For a list-valued key, ``a,b`` is the list [a, b] and a single value ``a`` is [a]."""
+    if not isinstance(OmegaConf.select(current, dotted), ListConfig):
+        return value
+    if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
-    return value
+    return value if value is None or isinstance(value, (list, tuple)) else [value]  # one item: seeds=0
 
 
 def _layer(

@@ -39,6 +39,8 @@ def test_recipe_then_dotted_overrides(tmp_path):
     assert (config.loss.name, config.loss.weight, config.optimizer.lr) == ("ntl_was", 0.256, 3e-6)
     assert config.run.global_batch_size == 16 and config.run.report_to == ["jsonl", "wandb"]
     assert config.loss.options == {"eta": 0.3} and config.model.tokenizer is None
+    assert load_train_config(None, ["run.report_to=jsonl"]).run.report_to == ["jsonl"]
+    assert load_train_config(None, ["optimizer.betas=[0.8, 0.9]"]).optimizer.betas == [0.8, 0.9]
 
 
 def test_flat_keys_still_work_with_a_deprecation_warning(tmp_path):
