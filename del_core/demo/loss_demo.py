@@ -30,6 +30,7 @@ from del_core.data.synthetic import make_problems
 from del_core.data.tokenized import TokenBatch, collate, encode
 from del_core.losses.digit_terms import del_term, digit_entropy
 from del_core.models.sources import SMOLLM2, resolve_model, smollm2_gguf
+from del_core.spans import IGNORE_INDEX
 from del_core.tokenizers import load_tokenizer
 
 MAX_LENGTH = 256  # tokens per example; the generated problems are far shorter
@@ -100,7 +101,7 @@ def show_breakdown(demo: DemoModel, batch: TokenBatch) -> None:
     digits = demo.vocab.digit_tensor()
     print("\nOne answer, token by token (u = DEL place value; p = model's digit-conditional prob of the target):")
     print(f"  {'token':>8} {'u':>7} {'p(target)':>10} {'H(digits)':>10} {'DEL term':>9}")
-    for t in (one.targets[0] != -100).nonzero().flatten().tolist():
+    for t in (one.targets[0] != IGNORE_INDEX).nonzero().flatten().tolist():
         text = demo.tokenizer.decode([int(one.targets[0, t])])
         if spans.is_digit[0, t]:
             z = logits[0, t, digits].unsqueeze(0)
