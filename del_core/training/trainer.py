@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -70,6 +71,22 @@ class Runtime:
         if self.on_gpu:
             return torch.cuda.max_memory_allocated() / 1e9
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+def training_data(config: TrainConfig, tokenizer: Any, log: Callable[[str], None]) -> TrainingData:
+    """The training items and held-out set that ``config`` names, tokenised with ``tokenizer``."""
+    data = config.data
+    return prepare_training_data(
+        data.source,
+        data.split,
+        data.eval_source,
+        data.eval_size,
+        data.max_length,
+        data.packing,
+        config.run.seed,
+        tokenizer,
+        log,
+    )
 
 
 class Trainer:
@@ -165,17 +182,7 @@ class Trainer:
 
     def _setup_data(self) -> None:
         data, run = self.config.data, self.config.run
-        self.data = prepare_training_data(
-            data.source,
-            data.split,
-            data.eval_source,
-            data.eval_size,
-            data.max_length,
-            data.packing,
-            run.seed,
-            self.tokenizer,
-            self.log,
-        )
+        self.data = training_data(self.config, self.tokenizer, self.log)
         try:
             self.plan = StepPlan(
                 len(self.data.items), run.global_batch_size, run.micro_batch_size, self.dims.dp, run.seed

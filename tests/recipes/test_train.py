@@ -73,27 +73,16 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
     from transformers import AutoModelForCausalLM
 
     from del_core.data import collate
-    from del_core.data.splits import prepare_training_data
     from del_core.evaluation.teacher_forced import summarise, teacher_forced_sums
     from del_core.tokenizers import load_tokenizer
     from del_core.training import load_train_config
+    from del_core.training.trainer import training_data
 
     assert (out / "final" / "model.safetensors").is_file()
     model = AutoModelForCausalLM.from_pretrained(str(out / "final"), dtype=torch.float32).eval()
     tokenizer = load_tokenizer(out / "final")
     config = load_train_config(None, [f"{k}={v}" for k, v in overrides.items()])
-    data = config.data
-    examples = prepare_training_data(
-        data.source,
-        data.split,
-        data.eval_source,
-        data.eval_size,
-        data.max_length,
-        data.packing,
-        config.run.seed,
-        tokenizer,
-        lambda *_: None,
-    ).eval_examples
+    examples = training_data(config, tokenizer, lambda *_: None).eval_examples
     batch = collate(examples, tokenizer.eos_token_id)
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
