@@ -189,7 +189,10 @@ def _aqua(row, index, where):
             raise BenchmarkError(
                 f"{where}: option {i} of field 'options' does not start with '{LETTERS[i]})': {option!r}"
             )
-        choices.append(match.group(2).strip())
+        text = match.group(2).strip()
+        if text.startswith(f"{LETTERS[i]})"):  # a few rows repeat the letter: "A)A)59"
+            text = text[2:].strip()
+        choices.append(text)
     gold = _field(row, "correct", where).strip()
     if gold not in LETTERS[: len(choices)]:
         raise BenchmarkError(f"{where}: field 'correct' is {gold!r}, not one of the {len(choices)} options")
@@ -226,16 +229,14 @@ def _mmlu(row, index, where):
     )
 
 
-def last_boxed(text: str) -> Optional[str]:
-    """The content of the last ``\\boxed{..}`` / ``\\fbox{..}`` (braces balanced), or None."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if start < 0:
-        return None
+def _boxed_at(text: str, start: int) -> Optional[tuple[str, int]]:
+    """(content, end index) of the ``\\boxed{..}`` / ``\\fbox{..}`` starting at ``start`` (braces
+    balanced; ``\\boxed 5`` too), or None."""
     rest = text[start:]
     brace = rest.find("{")
     if brace < 0 or rest[len("\\fbox") if rest.startswith("\\fbox") else len("\\boxed") : brace].strip():
         match = re.match(r"\\(?:boxed|fbox)\s+([^\s$]+)", rest)  # "\boxed 5"
-        return match.group(1) if match else None
+        return (match.group(1), start + match.end()) if match else None
     depth = 0
     for i in range(brace, len(rest)):
         if rest[i] == "{":
@@ -243,8 +244,25 @@ def last_boxed(text: str) -> Optional[str]:
         elif rest[i] == "}":
             depth -= 1
             if depth == 0:
-                return rest[brace + 1 : i]
+                return rest[brace + 1 : i], start + i + 1
     return None
+
+
+def boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of every ``\\boxed{..}`` / ``\\fbox{..}`` of ``text``, in order."""
+    spans = []
+    for match in re.finditer(r"\\(?:boxed|fbox)(?![a-zA-Z])", text):
+        found = _boxed_at(text, match.start())
+        if found is not None:
+            spans.append((match.start(), found[1], found[0]))
+    return spans
+
+
+def last_boxed(text: str) -> Optional[str]:
+    """The content of the last ``\\boxed{..}`` / ``\\fbox{..}`` (braces balanced), or None."""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    found = None if start < 0 else _boxed_at(text, start)
+    return found[0] if found else None
 
 
 def _math(row, index, where):

@@ -2,12 +2,32 @@
 program, and the answer written in a chain-of-thought text. None means "no answer" (for multiple
 choice: unanswered; there is no default letter).
 
-Text answers: the last ``\\boxed{..}``, else what follows the last "answer is" (or "Answer:"), is the
-answer segment. number: the segment's first number, else the text's last number. numbers: every
-number of the segment, else the text's last number. math: the segment, else the whole output when
-it is one line, else the text's last number (a segment whose braces are open runs on to the line
-where they close). choice: a letter at the start of the segment or an
-option text it equals, else a bare letter output ("B", "(B)"), else the last "(X)" of the text.
+Text answers (:func:`answer_from_text`). The answer segment is the last ``\\boxed{..}``, else
+what follows the last "answer is", "answer:" or "####" (markdown bold around it ignored).
+  * number: a hedge in the segment ("18 or 20") is no answer; a leading arithmetic chain is
+    skipped to its result ("9 * 2 = 18" -> 18); "- 10" is -10; then the segment's first number.
+    Without a segment: the text's last number.
+  * numbers (SimulEq, the unknowns in the question's order): the sentence with two or more boxes
+    (one number each), else the segment, else the last sentence that has numbers: when that
+    sentence assigns ("x = 4, y = 6"), the last run of assignments (each unknown's last value, in
+    the order stated); otherwise its numbers, ordered by the names the question asks for
+    (:mod:`del_core.evaluation.unknowns`: "9 poets and 15 novelists" answers "How many novelists
+    ..? How many poets ..?" with 15, 9). A hedge ("30 or 32") is no answer.
+  * math: the segment up to the end of its sentence (its first ``$..$`` when it starts with one),
+    else the whole output when it is one line, else the last ``$..$`` of the last line, else the
+    text's last number (a segment whose braces are open runs on to the line where they close).
+  * choice, from the segment: a letter at its start ("(B)", "B", "b.", "Option B", "B) 12"; a
+    lowercase letter only when nothing but punctuation follows, so "a number" is not A), an
+    "option (B)" / "choice B" in it, an option text it equals (case, spaces, "$" and dash kinds
+    aside), or its number when that is the one number of exactly one option ("12.5 hours" for
+    "12.5", "144 km" for "144km"). Without a segment: "Option B is correct", "B is (the) correct
+    (answer)", "the correct option is (B)" anywhere (the last one); else an output or last line
+    that is only a letter ("(B)", "**B**"); else the last line as a final statement: starting with
+    a letter ("A) 438", "D: ..", "Option B"), naming exactly one "(C)", containing the text of
+    exactly one option ("Its maximum occurs at (3, a)."), or ending in the one number of exactly
+    one option ("They leave together after 272 minutes."). A last line naming several letters (an
+    echoed option list), hedging or eliminating ("not", "wrong", "maybe") is no answer; so is a
+    segment that does not parse.
 Program output: the last non-empty line (number: its last number; math: the line, with the lines
 before it when its braces close an earlier line's; choice: read as text);
 numbers: the numbers of the last line that has any, or every line's number when each printed line
@@ -18,14 +38,19 @@ from __future__ import annotations
 
 import ast
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from del_core.evaluation.benchmarks import LETTERS, last_boxed
-from del_core.evaluation.numbers import find_numbers, numbers_match
+from del_core.evaluation.benchmarks import LETTERS, boxed_spans, last_boxed
+from del_core.evaluation.numbers import NUMBER_PATTERN, find_numbers, numbers_match, parse_number
+from del_core.evaluation.unknowns import in_asked_order
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.S)
-_ANSWER_IS = re.compile(r"(?:answer\s+is|answer\s*:)\s*:?\s*", re.I)
+_ANSWER_IS = re.compile(r"(?:answer\s+is|answer\s*:|####)[\s*:]*", re.I)
+_HEDGE = re.compile(r"\d[^\n.;]*?\bor\s+(?:maybe\s+|perhaps\s+)?[$\\(-]*\d", re.I)
+_ARITHMETIC_CHAIN = re.compile(r"^[\s$]*[-+]?[\d.,]+(?:\s*[-+*/×x÷^]\s*\(?[\d.,]+\)?)+\s*=\s*")
+_ASSIGNMENT = re.compile(r"(?<![\w.])([a-zA-Z]\w{0,2})\s*=\s*\$?(" + NUMBER_PATTERN.pattern + r")")
 
 Answer = Union[str, list, None]
 
@@ -89,7 +114,8 @@ def answer_from_program_output(stdout: str, kind: str, choices: Sequence[str] = 
 
 
 def answer_segment(text: str) -> Optional[str]:
-    """The last ``\\boxed{..}`` content, else the text after the last "answer is", else None."""
+    """The last ``\\boxed{..}`` content, else the text after the last "answer is", "answer:" or
+    "####" (on to the line where its braces close), else None."""
     boxed = last_boxed(text)
     if boxed is not None and boxed.strip():
         return boxed.strip()
@@ -110,56 +136,193 @@ def _brace_depth(text: str) -> int:
 
 
 def _clean_segment(segment: str) -> str:
-    """Without surrounding "$", spaces and a final "."."""
+    """Without surrounding "$", "*", spaces and a final "."."""
     previous = None
     while previous != segment:
-        previous, segment = segment, segment.strip().strip("$").rstrip(".")
+        previous, segment = segment, segment.strip().strip("$*").rstrip(".")
     return segment
 
 
-def answer_from_text(text: str, kind: str, choices: Sequence[str] = ()) -> Answer:
-    """The answer a chain-of-thought text gives (see the module docstring)."""
+def answer_from_text(text: str, kind: str, choices: Sequence[str] = (), question: str = "") -> Answer:
+    """The answer a chain-of-thought text gives (see the module docstring); ``question`` orders
+    the named values of a ``numbers`` answer (:mod:`del_core.evaluation.unknowns`)."""
     segment = answer_segment(text)
     if kind == "choice":
         return _choice(text, segment, choices)
     if kind == "math":
-        if segment is not None:
-            return _clean_segment(segment) or None
-        lines = [line for line in text.strip().splitlines() if line.strip()]
-        if len(lines) == 1:
-            return _clean_segment(lines[0]) or None
-        found = find_numbers(text)
-        return found[-1] if found else None
+        return _math_answer(text, segment)
+    if kind == "numbers":
+        return _numbers_answer(text, segment, question)
     if segment is not None:
-        found = find_numbers(segment)
-        if found:
-            return found if kind == "numbers" else found[0]
+        return _number_in_segment(segment)
     found = find_numbers(text)
-    if not found:
+    return found[-1] if found else None
+
+
+def _number_in_segment(segment: str) -> Optional[str]:
+    """The one number a segment answers with (see the module docstring)."""
+    first_sentence = re.split(r"(?<!\d)\.(?!\d)|\n", segment)[0]
+    if _HEDGE.search(first_sentence):
         return None
-    return [found[-1]] if kind == "numbers" else found[-1]
+    segment = re.sub(r"^([\s$*]*)-\s+(?=\d)", r"\1-", segment)
+    while _ARITHMETIC_CHAIN.match(segment):
+        segment = segment[_ARITHMETIC_CHAIN.match(segment).end() :]
+    found = find_numbers(segment)
+    return found[0] if found else None
+
+
+_SENTENCE_END = re.compile(r"(?<!\d)\.(?!\d)|\n")
+
+
+def _boxed_statement(text: str) -> Optional[str]:
+    """The sentence(s) holding two or more boxes with numbers, each box replaced by its value
+    ("\\boxed{x = 4}" -> "4"), or None."""
+    boxes = [(start, end, content) for start, end, content in boxed_spans(text) if find_numbers(content)]
+    if len(boxes) < 2:
+        return None
+    start = max((m.end() for m in _SENTENCE_END.finditer(text, 0, boxes[0][0])), default=0)
+    after = _SENTENCE_END.search(text, boxes[-1][1])
+    pieces, cursor = [], start
+    for box_start, box_end, content in boxes:
+        pieces += [text[cursor:box_start], _box_value(content)]
+        cursor = box_end
+    return "".join(pieces) + text[cursor : after.start() if after else len(text)]
+
+
+def _box_value(box: str) -> str:
+    """The number a box holds: after its last "=" ("x = 4"), else its last number."""
+    after = find_numbers(box.split("=")[-1])
+    return after[0] if after else find_numbers(box)[-1]
+
+
+def _numbers_answer(text: str, segment: Optional[str], question: str) -> Optional[list]:
+    boxed = _boxed_statement(text)
+    if boxed is not None:
+        return in_asked_order(boxed, question)
+    if segment is not None and find_numbers(segment):
+        return None if _HEDGE.search(segment) else in_asked_order(segment, question)
+    sentences = [sentence for sentence in _SENTENCE_END.split(text) if find_numbers(sentence)]
+    if not sentences:
+        return None
+    if _ASSIGNMENT.search(sentences[-1]):
+        return _last_assignments(text)
+    return None if _HEDGE.search(sentences[-1]) else in_asked_order(sentences[-1], question)
+
+
+def _last_assignments(text: str) -> list[str]:
+    """The values of the last run of "name = number" statements: going back from the end, each
+    unknown's last value until an unknown repeats, in the order they were written."""
+    run: dict[str, str] = {}
+    for match in reversed(list(_ASSIGNMENT.finditer(text))):
+        before = text[: match.start()].rstrip()
+        if before.endswith(("+", "-", "*", "/", "^")):  # part of an equation: "x + y = 10"
+            continue
+        name = match.group(1).lower()
+        if name in run:
+            break
+        run[name] = match.group(2)
+    return list(reversed(list(run.values())))
+
+
+def _math_answer(text: str, segment: Optional[str]) -> Optional[str]:
+    if segment is not None:
+        dollars = re.match(r"\s*\$([^$]+)\$", segment)
+        if dollars:
+            return _clean_segment(dollars.group(1)) or None
+        segment = re.split(r"\.\s+(?=[A-Z])", segment)[0]
+        return _clean_segment(segment) or None
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if len(lines) == 1:
+        return _clean_segment(lines[0]) or None
+    spans = re.findall(r"\$([^$]+)\$", lines[-1]) if lines else []
+    if spans:  # "So the result is $\frac{1}{14}\sqrt{7}$."
+        return _clean_segment(spans[-1]) or None
+    found = find_numbers(text)
+    return found[-1] if found else None
+
+
+_CHOICE_STATEMENTS = (
+    r"(?:option|choice)\s*\(?{letter}\)?\s+is\s+(?:the\s+)?(?:correct|right|true)",
+    r"(?<![\w(]){letter}\)?\s+is\s+(?:the\s+)?(?:correct|right|best)(?:\s+(?:answer|option|choice))?\b",
+    r"(?:correct|right|best)\s+(?:option|choice)\s+is\s*:?\s*\(?{letter}(?![a-zA-Z])",
+)
 
 
 def _choice(text: str, segment: Optional[str], choices: Sequence[str]) -> Optional[str]:
     letters = LETTERS[: len(choices)] if choices else LETTERS
-    letter = rf"([{letters}])"
+    letter = rf"\(?([{letters}])"
     if segment is not None:
-        match = re.match(rf"[\s:*]*(?:\\text\{{)?(?:option\s+|choice\s+)?\(?{letter}(?![a-zA-Z])", segment, re.I | re.S)
-        if match and (match.group(1).isupper() or "(" in segment[: match.end()]):
-            return match.group(1).upper()
-        by_text = _choice_by_text(_clean_segment(segment), choices)
-        if by_text is not None:
-            return by_text
-    bare = re.fullmatch(rf"\s*\(?{letter}\)?[.:]?\s*", text)
-    if bare:
-        return bare.group(1)
-    found = re.findall(rf"\({letter}\)", text)
-    return found[-1] if found else None
+        return _choice_in_segment(segment, letters, choices)
+    stated = [m for pattern in _CHOICE_STATEMENTS for m in re.finditer(pattern.format(letter=letter), text, re.I)]
+    if stated:
+        return max(stated, key=lambda m: m.start()).group(1).upper()
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    for candidate in (text, lines[-1] if lines else ""):
+        bare = re.fullmatch(rf"[\s*]*(?:answer\s*)?{letter}\)?[.:]?[\s*]*", candidate, re.I)
+        if bare and (bare.group(1).isupper() or "(" in candidate):
+            return bare.group(1).upper()
+    return _choice_in_last_line(lines[-1], letters, choices) if lines else None
+
+
+_NOT_COMMITTED = re.compile(r"\b(?:not|wrong|incorrect|eliminat\w*|too|maybe|perhaps|either|unsure)\b", re.I)
+
+
+def _choice_in_last_line(line: str, letters: str, choices: Sequence[str]) -> Optional[str]:
+    """The choice a final line without an answer phrase commits to (module docstring), or None."""
+    mentioned = set(re.findall(rf"\(([{letters}])\)", line))
+    if len(mentioned) > 1 or _NOT_COMMITTED.search(line):  # an echoed option list, a hedge, an elimination
+        return None
+    lead = re.match(rf"[\s*]*(option\s+|choice\s+)?(\()?([{letters}])(?:\)|:|\.?\s*$)", line, re.I)
+    if lead and (lead.group(3).isupper() or lead.group(1) or lead.group(2)):
+        return lead.group(3).upper()
+    if mentioned:
+        return mentioned.pop()
+    key = _option_key(line)
+    worded = [i for i, c in enumerate(choices) if parse_number(_option_key(c)) is None and _option_key(c) in key]
+    if len(worded) == 1:
+        return LETTERS[worded[0]]
+    numbers = find_numbers(line)
+    if not numbers or worded:
+        return None
+    hits = [
+        i for i, c in enumerate(choices) if len(find_numbers(c)) == 1 and numbers_match(numbers[-1], find_numbers(c)[0])
+    ]
+    return LETTERS[hits[0]] if len(hits) == 1 else None
+
+
+def _choice_in_segment(segment: str, letters: str, choices: Sequence[str]) -> Optional[str]:
+    """The letter an answer segment gives (module docstring), or None."""
+    match = re.match(
+        rf"[\s:*]*(?:\\text\{{)?(?:option\s+|choice\s+)?(\()?([{letters}])(?![a-zA-Z])(.*)", segment, re.I | re.S
+    )
+    if match:
+        opened, found, rest = match.groups()
+        if found.isupper() or opened or re.fullmatch(r"[).:,}*\s]*", rest) or rest.startswith(")"):
+            return found.upper()
+    named = re.findall(rf"\b(?:option|choice)\s*\(?([{letters}])(?![a-zA-Z])", segment, re.I)
+    if named:
+        return named[-1].upper()
+    return _choice_by_text(_clean_segment(segment), choices)
+
+
+def _option_key(text: str) -> str:
+    """An option text for comparison: lower case, no spaces or "$", one kind of dash, no final "."."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    text = re.sub(r"[\u2212\u2012\u2013\u2014]", "-", text)
+    return re.sub(r"\\[,;! ]|[\s${}\\]", "", text).rstrip(".")
 
 
 def _choice_by_text(answer: str, choices: Sequence[str]) -> Optional[str]:
-    """The letter of the one option whose text equals ``answer`` (as text or as a number)."""
-    hits = [i for i, c in enumerate(choices) if c.strip().strip("$").strip().lower() == answer.lower()]
+    """The letter of the one option whose text equals ``answer`` (module docstring), or whose one
+    number equals the answer's number ("12.5 hours" for the option "12.5"); None otherwise."""
+    key = _option_key(answer)
+    hits = [i for i, choice in enumerate(choices) if _option_key(choice) == key]
     if not hits:
-        hits = [i for i, c in enumerate(choices) if numbers_match(answer, c.strip().strip("$"))]
+        value = _number_in_segment(answer)
+        if value is not None:
+            hits = [
+                i
+                for i, c in enumerate(choices)
+                if len(find_numbers(c)) == 1 and numbers_match(value, find_numbers(c)[0])
+            ]
     return LETTERS[hits[0]] if len(hits) == 1 else None

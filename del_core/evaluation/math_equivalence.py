@@ -1,29 +1,39 @@
 """Equivalence of two MATH answers written in LaTeX.
 
-:func:`math_equivalent` tries, in order: equal after normalisation (:func:`normalize`: ``\\left``/
-``\\right``, ``\\dfrac``/``\\tfrac``, ``\\text{}``, degrees, dollars, spacing, ``\\frac12``,
-``\\sqrt2``, "x = 5", a trailing "."); equal as numbers (``numbers.numbers_match``); element-wise
-for tuples, intervals and comma lists (a bare comma list in any order); equal as sympy expressions
-(``simplify(a - b) == 0``, or, when the difference is a number that is not an exact rational,
-numerically within 1e-6 relative), each sympy comparison under a
-wall-clock limit (``SYMPY_SECONDS``; ITIMER_REAL, so only in the main thread: elsewhere it runs
-unlimited). LaTeX is turned into sympy text by :func:`latex_to_sympy_text` and accepted only when
-it is made of digits, operators, single letters and a few function names, so nothing else reaches
-sympy's ``eval``.
+:func:`math_equivalent` decides, in order:
+  0. both answers end in a unit text (``\\text{ p.m.}``, ``\\text{ cm}``) that differs: not equal (a
+     unit written on one side only is forgiven);
+  1. equal after normalisation (:func:`normalize`: ``\\left``/``\\right``, ``\\dfrac``/``\\tfrac``,
+     ``\\text{}`` around a word answer, a trailing unit word after a number, degrees, dollars,
+     spacing, ``\\frac12``, ``\\sqrt2``, "x = 5", a trailing "."; matrix row separators ``\\\\``
+     are kept);
+  2. when both sides are plain numbers: the project's number rule (``numbers.numbers_match``, the
+     same rule as GSM8K's, so "0.25" is not "0.3");
+  3. otherwise ``math-verify`` (the equivalence engine of TRL's accuracy reward): both sides parsed
+     from LaTeX into sympy (matrices, intervals, sets, tuples, equations, percentages), compared
+     with the gold first. Sets and bare comma lists ("all solutions") compare in any order,
+     tuples, vectors and matrices in order, intervals with their open/closed ends. Each parse and
+     comparison runs under a wall-clock limit (``SYMPY_SECONDS``; ITIMER_REAL, so only in the main
+     thread: elsewhere it runs unlimited). math-verify turns LaTeX into sympy without ``eval``;
+     its plain-expression reader only accepts digits and arithmetic operators.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import threading
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Optional
 
 from del_core.evaluation.numbers import numbers_match, parse_number
 
 SYMPY_SECONDS = 3.0
-_FUNCTIONS = {"sqrt", "pi", "oo", "log", "sin", "cos", "tan", "exp", "I"}
+_ROW_BREAK = "\x00"  # stands for a matrix row separator while the rest is normalised
+# math-verify warns on every call made without its own (signal) timeout; ours is time_limit.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
 class _TimeUp(Exception):
@@ -51,11 +61,14 @@ def time_limit(seconds: float):
 
 def _braced(text: str, start: int) -> tuple[Optional[str], int]:
     """(content of the {..} group opening at ``start``, index after it); a bare single character
-    counts as a group (``\\frac12``)."""
+    or command counts as a group (``\\frac12``, ``\\frac\\pi4``)."""
     while start < len(text) and text[start] == " ":
         start += 1
     if start >= len(text):
         return None, start
+    command = re.match(r"\\[a-zA-Z]+", text[start:])
+    if command:
+        return command.group(0), start + command.end()
     if text[start] != "{":
         return text[start], start + 1
     depth = 0
@@ -92,8 +105,8 @@ def _rewrite_command(text: str, command: str, arity: int, build) -> str:
 
 def normalize(answer: str) -> str:
     """A canonical text of a LaTeX answer (see the module docstring)."""
-    s = str(answer).strip().replace("\n", "")
-    s = s.replace("\\!", "").replace("\\\\", "\\").replace("tfrac", "frac").replace("dfrac", "frac")
+    s = str(answer).strip().replace("\n", "").replace("\\\\", _ROW_BREAK)
+    s = s.replace("\\!", "").replace("tfrac", "frac").replace("dfrac", "frac")
     s = s.replace("\\left", "").replace("\\right", "").replace("\\displaystyle", "")
     s = re.sub(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|°", "", s)
     s = s.replace("\\$", "").replace("$", "").replace("\\%", "").replace("%", "")
@@ -102,9 +115,7 @@ def normalize(answer: str) -> str:
     for command in ("\\text", "\\textbf", "\\mbox", "\\mathrm", "\\mathbf", "\\operatorname"):
         s = _rewrite_command(s, command, 1, lambda a: a)
     s = s.replace("\\{", "{").replace("\\}", "}") if s.startswith("\\{") else s
-    s = _rewrite_command(s, "\\sqrt", 1, lambda a: "\\sqrt{" + a + "}")
-    s = _rewrite_command(s, "\\frac", 2, lambda a, b: "\\frac{" + a + "}{" + b + "}")
-    s = s.replace(" ", "")
+    s = _explicit_groups(s).replace(" ", "")
     s = re.sub(r"(?<![\d}])\.(\d)", r"0.\1", s)
     if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", s):
         s = s.replace(",", "")
@@ -114,144 +125,86 @@ def normalize(answer: str) -> str:
     parts = s.split("=")
     if len(parts) == 2 and re.fullmatch(r"[a-zA-Z](_\d|_\{\d\})?|\\[a-z]+", parts[0]):
         s = parts[1]
-    return s.rstrip(".")
+    return s.rstrip(".").replace(_ROW_BREAK, "\\\\")
 
 
-def latex_to_sympy_text(s: str) -> Optional[str]:
-    """Normalised LaTeX -> text for sympy's parser, or None when outside the supported subset."""
-    s = _rewrite_command(s, "\\frac", 2, lambda a, b: f"(({a})/({b}))")
-    s = re.sub(r"\\sqrt\[([^\]]+)\]\{", r"\\root{\1}{", s)
-    s = _rewrite_command(s, "\\root", 2, lambda n, a: f"(({a})**(1/({n})))")
-    s = _rewrite_command(s, "\\sqrt", 1, lambda a: f"sqrt({a})")
-    replacements = {
-        "\\pi": " pi ",
-        "\\infty": " oo ",
-        "\\cdot": "*",
-        "\\times": "*",
-        "\\div": "/",
-        "\\ln": " log",
-        "\\log": " log",
-        "\\sin": " sin",
-        "\\cos": " cos",
-        "\\tan": " tan",
-        "\\exp": " exp",
-        "^": "**",
-        "{": "(",
-        "}": ")",
-    }
-    for latex, text in replacements.items():
-        s = s.replace(latex, text)
-    s = re.sub(r"(?<![a-zA-Z])i(?![a-zA-Z])", " I ", s)
-    if "\\" in s or "__" in s or not re.fullmatch(r"[0-9a-zA-Z+\-*/().\s]*", s) or not s.strip():
-        return None
-    names = set(re.findall(r"[a-zA-Z]+", s))
-    if any(len(name) > 1 and name not in _FUNCTIONS for name in names):
-        return None
-    return s
+def _explicit_groups(text: str) -> str:
+    """``\\frac`` and ``\\sqrt`` with braced arguments (``\\frac \\pi4`` -> ``\\frac{\\pi}{4}``), which
+    math-verify's parser misreads otherwise."""
+    text = _rewrite_command(text, "\\sqrt", 1, lambda a: "\\sqrt{" + a + "}")
+    return _rewrite_command(text, "\\frac", 2, lambda a, b: "\\frac{" + a + "}{" + b + "}")
 
 
-def _sympy_expression(text: str):
-    import sympy
-    from sympy.parsing.sympy_parser import (
-        convert_xor,
-        implicit_multiplication_application,
-        parse_expr,
-        standard_transformations,
-    )
-
-    names = {letter: sympy.Symbol(letter) for letter in "abcdefghjklmnopqrstuvwxyzABCDEFGHJKLMNOPQRSTUVWXYZ"}
-    names.update(
-        sqrt=sympy.sqrt,
-        pi=sympy.pi,
-        oo=sympy.oo,
-        log=sympy.log,
-        sin=sympy.sin,
-        cos=sympy.cos,
-        tan=sympy.tan,
-        exp=sympy.exp,
-        I=sympy.I,
-        Integer=sympy.Integer,
-        Float=sympy.Float,
-        Rational=sympy.Rational,
-        Symbol=sympy.Symbol,
-    )
-    transformations = standard_transformations + (implicit_multiplication_application, convert_xor)
-    return parse_expr(
-        text, local_dict=names, global_dict={"__builtins__": {}, **names}, transformations=transformations
-    )
+def _latex(text: str) -> str:
+    """The answer as one LaTeX math span for math-verify's parser."""
+    return "$" + _explicit_groups(str(text).strip().strip("$").strip()) + "$"
 
 
-def sympy_equal(a: str, b: str, seconds: float = SYMPY_SECONDS) -> bool:
-    """Both normalised LaTeX answers parse and are equal as sympy expressions (within ``seconds``)."""
-    text_a, text_b = latex_to_sympy_text(a), latex_to_sympy_text(b)
-    if text_a is None or text_b is None:
+@lru_cache(maxsize=16384)
+def _parsed(text: str) -> tuple:
+    """math-verify's parse of one answer (empty when it does not parse), cached: a gold is parsed once."""
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
+
+    try:
+        with time_limit(SYMPY_SECONDS):
+            return tuple(
+                parse(
+                    _latex(text),
+                    extraction_config=(LatexExtractionConfig(), ExprExtractionConfig()),
+                    parsing_timeout=None,
+                )
+            )
+    except _TimeUp:
+        return ()
+
+
+def verified_equal(prediction: str, gold: str) -> bool:
+    """math-verify's verdict on ``prediction`` against ``gold`` (False when either does not parse
+    or the comparison runs out of time)."""
+    from math_verify import verify
+
+    parsed_gold, parsed_prediction = _parsed(gold), _parsed(prediction)
+    if not parsed_gold or not parsed_prediction:
         return False
     try:
-        import sympy
-
-        with time_limit(seconds):
-            x, y = _sympy_expression(text_a), _sympy_expression(text_b)
-            difference = sympy.simplify(x - y)
-            if difference == 0:
-                return True
-            if not difference.free_symbols and not difference.is_Rational:  # exact numbers: 0 or not
-                value, scale = complex(sympy.N(difference)), complex(sympy.N(y))
-                return abs(value) <= 1e-6 * max(1.0, abs(scale))
-            return False
-    except (_TimeUp, Exception):  # sympy raises many kinds on odd input: not equal
+        with time_limit(SYMPY_SECONDS):
+            return bool(verify(list(parsed_gold), list(parsed_prediction), timeout_seconds=None))
+    except _TimeUp:
         return False
 
 
-def _split_top_level(s: str) -> list[str]:
-    parts, depth, current = [], 0, []
-    for ch in s:
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    parts.append("".join(current))
-    return parts
+_TRAILING_UNIT = re.compile(r"\\(?:text|mbox|mathrm)\{([^{}]*[a-zA-Z][^{}]*)\}\s*(?:\^\s*\{?\d\}?)?\s*\.?\s*$")
 
 
-def _elementwise(a: str, b: str) -> Optional[bool]:
-    """True/False for two tuples/intervals/comma lists of the same shape; None if not lists."""
-    brackets = "([{"
-    if a[:1] in brackets and b[:1] in brackets and a[-1:] in ")]}" and b[-1:] in ")]}":
-        if (a[0], a[-1]) != (b[0], b[-1]):
-            return False if len(_split_top_level(a[1:-1])) > 1 else None
-        xs, ys = _split_top_level(a[1:-1]), _split_top_level(b[1:-1])
-        if len(xs) < 2 or len(xs) != len(ys):
-            return None if len(xs) == len(ys) == 1 else False
-        return all(math_equivalent(x, y) for x, y in zip(xs, ys))
-    xs, ys = _split_top_level(a), _split_top_level(b)
-    if len(xs) < 2 and len(ys) < 2:
-        return None
-    if len(xs) != len(ys):
-        return False
-    remaining = list(ys)
-    for x in xs:  # a bare comma list ("all solutions") in any order
-        match = next((i for i, y in enumerate(remaining) if math_equivalent(x, y)), None)
-        if match is None:
-            return False
-        remaining.pop(match)
-    return True
+_UNIT_SPELLINGS = {
+    "ft": "feet", "foot": "feet", "in": "inch", "inche": "inch", "yd": "yard", "mi": "mile",
+    "cm": "centimeter", "mm": "millimeter", "m": "meter", "km": "kilometer", "sq": "square",
+    "hr": "hour", "h": "hour", "min": "minute", "sec": "second", "s": "second", "deg": "degree",
+    "metre": "meter", "centimetre": "centimeter", "kilometre": "kilometer",
+}  # fmt: skip
+
+
+def unit_words(answer: str) -> str:
+    """The unit a LaTeX answer ends in, one spelling per unit (``9\\text{ p.m.}`` -> "pm",
+    ``5\\text{ sq ft}^2`` -> "square feet"); "" when none."""
+    match = _TRAILING_UNIT.search(str(answer))
+    if not match:
+        return ""
+    words = re.findall(r"[a-z]+", match.group(1).lower().replace(".", ""))
+    words = [re.sub(r"(?<=[a-z]{2})s$", "", word) for word in words]
+    return " ".join(_UNIT_SPELLINGS.get(word, word) for word in words)
 
 
 def math_equivalent(prediction: Optional[str], gold: str) -> bool:
     """Whether ``prediction`` answers a MATH question whose gold answer is ``gold``."""
     if prediction is None or not str(prediction).strip():
         return False
+    units = unit_words(prediction), unit_words(gold)
+    if all(units) and units[0] != units[1]:  # "9 p.m." is not "9 a.m."; a missing unit is forgiven
+        return False
     a, b = normalize(prediction), normalize(gold)
     if a == b:
         return True
     if parse_number(a) is not None and parse_number(b) is not None:
         return numbers_match(a, b)
-    listed = _elementwise(a, b)
-    if listed is not None:
-        return listed
-    return sympy_equal(a, b)
+    return verified_equal(str(prediction), str(gold))

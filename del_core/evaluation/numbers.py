@@ -2,16 +2,20 @@
 
 Comparison (:func:`numbers_match`), the rule of this project (the authors' release rounds the
 prediction to an integer for integer golds and accepts 4% relative error otherwise):
-  * a gold written as an integer or a fraction ("18", "3/4", ``\frac{266664}{5}``) is exact: the
-    prediction must equal it; only binary floating-point round-off is forgiven
-    (|p - g| <= 1e-9 * max(1, |g|), e.g. a program printing 17.999999999999996 for 18);
-  * a gold written as a decimal with k fractional digits is taken as the true value rounded to k
-    places: the prediction matches when it rounds to the gold there, |p - g| <= 0.5 * 10**-k
-    ("583.3333333333334" and "583.33334" match "583.3333"; "28.0833" matches "28.08"; "583.33" does
-    not match "583.3333"). The tolerance is relative to the gold's written precision; a fixed
-    relative tolerance fails both ways on these files (1e-4 accepts 53333.8 for 266664/5 = 53332.8
-    and rejects 28.0833 for 28.08).
-Thousands commas ("1,234"), a leading "$", and simple fractions ("3/4", ``\\frac{3}{4}``) parse.
+  * equal values match ("18.0" and "18", "0.50" and "1/2", "18.90" and "18.9");
+  * a gold written as an integer or a fraction ("18", "3/4", ``\frac{266664}{5}``) is exact: only
+    binary floating-point round-off is forgiven besides (|p - g| <= 1e-9 * max(1, |g|), e.g. a
+    program printing 17.999999999999996 for 18);
+  * a gold written as a decimal with k fractional digits may be the rounding of a longer value: a
+    prediction written as a fraction, or with at least k + 2 fractional digits, matches when it
+    rounds to the gold there, |p - g| <= 0.5 * 10**-k ("583.3333333333334" and "583 1/3" for
+    "583.3333", "28.0833" for "28.08").
+    A prediction written with k + 1 or fewer digits is a different value of about the same
+    precision and must be equal: "0.25" is not "0.3", "1.75" is not "1.8", "583.33" is not
+    "583.3333". A fixed relative tolerance fails both ways on these files (1e-4 accepts 53333.8
+    for 266664/5 = 53332.8 and rejects 28.0833 for 28.08).
+Thousands commas ("1,234"), a leading "$", simple fractions ("3/4", ``\\frac{3}{4}``) and mixed
+numbers ("583 1/3") parse.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ ROUND_OFF = Fraction(1, 10**9)
 
 # "-1,234.5", "1234", ".5", "3/4"; thousands commas only in groups of three (so "15,9" is a list)
 NUMBER_PATTERN = re.compile(
-    r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?(?![\d])"
+    r"(?<![\w.])-?\d+ \d+/\d+(?![\d/.])"  # a mixed number "583 1/3"
+    r"|(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?(?:\s*/\s*\d+(?:\.\d+)?)?(?![\d])"
     r"|(?<![\w.])-?\.\d+"
 )
+_MIXED = re.compile(r"(-?)(\d+) (\d+)/(\d+)")
 _LATEX_FRACTION = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(\d+)\}$")
 
 
@@ -40,11 +46,17 @@ def find_numbers(text: str) -> list[str]:
 
 def parse_number(text) -> Optional[Fraction]:
     """An exact value for a number as written ("1,234.50", "$3", "3/4", "\\frac{3}{4}", "1e-05",
-    "12%"), or None."""
+    "12%", "583 1/3"), or None."""
     if text is None:
         return None
     value = str(text).strip().replace("\u2212", "-").rstrip(".").strip()
-    value = re.sub(r"^\$\s*|\s*\\?%$|^\\\$\s*", "", value).replace(" ", "")
+    value = re.sub(r"^\$\s*|\s*\\?%$|^\\\$\s*", "", value)
+    mixed = _MIXED.fullmatch(value)
+    if mixed and int(mixed.group(3)) < int(mixed.group(4)):
+        sign, whole, num, den = mixed.groups()
+        magnitude = int(whole) + Fraction(int(num), int(den))
+        return -magnitude if sign else magnitude
+    value = value.replace(" ", "")
     latex = _LATEX_FRACTION.match(value)
     if latex:
         sign, num, den = latex.groups()
@@ -77,6 +89,9 @@ def numbers_match(prediction, gold) -> bool:
     k = fractional_digits(gold)
     if k == 0:
         return abs(p - g) <= ROUND_OFF * max(1, abs(g))
+    exact_fraction = "/" in str(prediction) or "frac" in str(prediction)
+    if not exact_fraction and fractional_digits(prediction) < k + 2:
+        return False
     return abs(p - g) <= Fraction(1, 2 * 10**k)
 
 

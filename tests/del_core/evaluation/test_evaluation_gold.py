@@ -50,8 +50,8 @@ def wrong_answer(record) -> str:
         return LETTERS[(LETTERS.index(record.gold) + 1) % len(record.choices)]
     gold = record.gold[0] if isinstance(record.gold, list) else record.gold
     value = parse_number(gold)
-    if value is None:
-        return gold + "+1"
+    if value is None:  # in front: math-verify reads "90\\text{ units}+1" as 90, what follows a unit is dropped
+        return "1+" + gold
     return str(value + 1) if value.denominator == 1 else str(float(value + 1))
 
 
