@@ -1,21 +1,24 @@
 """The first code of a sandboxed program's process (run by ``sandbox.py`` as
-``python -I -B sandbox_child.py CONFIG_JSON PROGRAM``, in a fresh session, cwd = a throwaway dir).
+``python -I -B sandbox_child.py CONFIG_JSON PROGRAM``, cwd = a throwaway dir; CONFIG_JSON["mode"]
+is namespaces, basic or none).
 
 Self-contained: it cannot import the project (``-I``). In this order it
-  1. sets resource limits: RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE (stdout, stderr and any file),
-     RLIMIT_NOFILE, RLIMIT_CORE = 0, RLIMIT_NPROC = 0 (no new process or thread; the kernel ignores
-     it for root, hence step 3);
-  2. moves into a new, empty network namespace (unshare CLONE_NEWNET; as non-root with
-     CLONE_NEWUSER) when the kernel allows it;
-  3. when running as root and a user is configured, drops to that user (setgroups/setgid/setuid),
-     unless the interpreter's stdlib or site-packages is not readable by other users (for example
-     a Python under /root): then it stays root and says why;
-  4. installs an audit hook (cannot be removed) that refuses process creation (fork, exec, spawn,
-     system, subprocess), signals to other processes (kill, killpg), sockets, loading or calling
-     native functions through ctypes (imported beforehand, so libraries that import it load), and writing,
-     creating, renaming or deleting files outside the working directory; and replaces os.setsid,
-     os.setpgid, os.setpgrp and the pidfd functions, which have no audit event;
-  5. writes one line ``SANDBOX-LAYERS {json}`` to stderr saying which of steps 2-3 took effect,
+  1. sets resource limits (every mode): RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE (stdout, stderr and
+     any file), RLIMIT_NOFILE, RLIMIT_CORE = 0, RLIMIT_NPROC = 0 (no new process or thread; the
+     kernel ignores it for uid 0, hence step 2);
+  2. namespaces (already inside bubblewrap): when still root (privileged bwrap), drops to
+     CONFIG uid/gid (65534) and refuses to go on as root; basic: moves into a new, empty network
+     namespace (unshare CLONE_NEWNET; as non-root with CLONE_NEWUSER) when the kernel allows it,
+     and when root with a user configured, drops to that user unless the interpreter's stdlib or
+     site-packages is not readable by other users (then it stays root and says why); none: nothing;
+  3. namespaces and basic: installs an audit hook (cannot be removed; defence in depth, not a
+     boundary) that refuses process creation (fork, exec, spawn, system, subprocess), signals to
+     other processes, sockets, ctypes, sub-interpreters, gc's object queries (which would reach
+     the hook), chdir outside the working directory, opening a directory outside it (dir_fd
+     writes), and writing, creating, renaming or deleting files outside it; its state lives in
+     closures of immutable values, not in module globals. It also replaces setsid, setpgid,
+     setpgrp and the pidfd functions of os and posix, which have no audit event;
+  4. writes one line ``SANDBOX-LAYERS {json}`` to stderr saying the mode and what took effect,
      then runs the program as ``__main__``.
 A refused operation raises PermissionError and writes ``SANDBOX-VIOLATION <event>`` to stderr.
 """
@@ -84,38 +87,46 @@ def _drop_privileges(user):
     return True, None
 
 
-_REFUSED = {
-    "os.fork",
-    "os.forkpty",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "os.system",
-    "subprocess.Popen",
-    "pty.spawn",
-    "os.kill",
-    "os.killpg",
-    "signal.pthread_kill",
-    "socket.__new__",
-    "socket.connect",
-    "socket.bind",
-    "socket.sendto",
-    "socket.getaddrinfo",
-    "socket.gethostbyname",
-    "socket.gethostbyaddr",
-    "ctypes.dlopen",
-    "ctypes.dlsym",
-    "ctypes.dlsym/handle",
-    "ctypes.call_function",
-    "ctypes.cdata",
-    "ctypes.string_at",
-    "ctypes.wstring_at",
-    "os.setuid",
-    "os.setgid",
-    "os.chroot",
-    "mmap.__new__",
-    "sys.remote_exec",
-}
+_REFUSED = frozenset(
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.system",
+        "subprocess.Popen",
+        "pty.spawn",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.sendto",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.dlsym/handle",
+        "ctypes.call_function",
+        "ctypes.cdata",
+        "ctypes.string_at",
+        "ctypes.wstring_at",
+        "os.setuid",
+        "os.setgid",
+        "os.chroot",
+        "mmap.__new__",
+        "sys.remote_exec",
+        "cpython.PyInterpreterState_New",
+        "gc.get_objects",
+        "gc.get_referrers",
+        "gc.get_referents",
+        "sys.settrace",
+        "sys.setprofile",
+    }
+)
 # events whose path arguments must lie inside the working directory: event -> argument positions
 _PATH_EVENTS = {
     "os.remove": (0,),
@@ -135,53 +146,155 @@ _PATH_EVENTS = {
     "os.mknod": (0,),
 }
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+# modules that run code in a new interpreter (and posix: importing it anew restores the functions
+# replaced below); importing them raises an audit event only when they are not loaded yet
+_DENIED_IMPORTS = frozenset({"_testcapi", "_testinternalcapi", "_xxsubinterpreters", "_interpreters", "posix"})
+_PROTECTED = frozenset({"__code__", "__defaults__", "__kwdefaults__"})  # of this file's functions
+
+
+def _outside(path, inside, allowed, lstat, readlink, fspath, isinstance, bytes, str, int, OSError, whole):
+    """None when PATH (relative to the working directory INSIDE, which ends with "/") lies inside it,
+    is an fd or is an allowed file; else PATH made absolute and free of symlinks. Built by
+    :func:`_guarded` with no globals: a program patching os, posixpath or builtins cannot bend it."""
+    if path is None or isinstance(path, int):
+        return None
+    path = fspath(path)
+    path = bytes.decode(path, errors="replace") if isinstance(path, bytes) else str.__getitem__(path, whole)
+    pending = (path if path.startswith("/") else inside + path).split("/")[::-1]
+    done, hops = "", 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            done = done.rpartition("/")[0]
+            continue
+        candidate = done + "/" + part
+        try:
+            target = readlink(candidate) if hops < 40 and lstat(candidate).st_mode & 0o170000 == 0o120000 else None
+        except OSError:
+            target = None
+        if target is None:
+            done = candidate
+            continue
+        hops += 1
+        done = "" if target.startswith("/") else done
+        pending.extend(target.split("/")[::-1])
+    done = done or "/"
+    return None if (done + "/").startswith(inside) or done in allowed else done
+
+
+def _hook(
+    event, args, refused, imports, path_events, write_flags, protected, child, outside, stat, report,
+    isinstance, int, bool, len, getattr, PermissionError, OSError,
+):  # fmt: skip
+    """The audit hook (module docstring, step 3), built by :func:`_guarded` with no globals: every
+    name it uses is a bound default (immutable values and builtins)."""
+    why = None
+    if event in refused:
+        why = event
+    elif event == "import" and args[0] in imports:
+        why = f"import {args[0]}"
+    elif event == "object.__setattr__" and args[1] in protected:
+        if getattr(getattr(args[0], "__code__", None), "co_filename", None) == child:
+            why = f"changing the sandbox's {args[1]}"
+    elif event == "os.chdir" and (isinstance(args[0], int) or outside(args[0]) is not None):
+        why = f"os.chdir {args[0]!r}"
+    elif event == "open":
+        path, mode, flags = args
+        writes = mode is not None and ("w" in mode or "a" in mode or "x" in mode or "+" in mode)
+        writes = writes or bool((flags or 0) & write_flags)
+        where = outside(path)
+        if where is not None and writes:
+            why = f"open for writing {path!r}"
+        elif where is not None:
+            try:
+                if stat(where).st_mode & 0o170000 == 0o040000:
+                    why = f"open of the directory {path!r}"  # a dir_fd for writes outside
+            except OSError:
+                pass
+    else:
+        for name, positions in path_events:
+            if name == event:
+                for position in positions:
+                    if position < len(args) and outside(args[position]) is not None:
+                        why = f"{event} {args[position]!r}"
+    if why is not None:
+        report(2, f"\nSANDBOX-VIOLATION {why}\n".encode())
+        raise PermissionError(f"sandbox: {why} is not allowed")
+
+
+def _guarded(function, defaults):
+    """FUNCTION's code with DEFAULTS bound after its first parameters and no globals or builtins."""
+    return types.FunctionType(function.__code__, {"__builtins__": {}}, function.__name__, tuple(defaults))
 
 
 def _install_guards(workdir):
-    inside = os.path.realpath(workdir) + os.sep
-    allowed_files = {"/dev/null"}
-    report = os.write
+    """Install the audit hook (:func:`_hook`) and replace the unaudited process functions."""
+    import posix
 
-    def refuse(event):
-        report(2, f"\nSANDBOX-VIOLATION {event}\n".encode())
-        raise PermissionError(f"sandbox: {event} is not allowed")
-
-    def outside(path):
-        if isinstance(path, int) or path is None:
-            return False
-        if isinstance(path, bytes):
-            path = path.decode(errors="replace")
-        full = os.path.realpath(os.path.join(inside, os.fspath(path)))
-        return not (full + os.sep).startswith(inside) and full not in allowed_files
-
-    def hook(event, args):
-        if event in _REFUSED:
-            refuse(event)
-        elif event == "open":
-            path, mode, flags = args
-            writes = (mode is not None and any(c in str(mode) for c in "wax+")) or bool((flags or 0) & _WRITE_FLAGS)
-            if writes and outside(path):
-                refuse(f"open for writing {path!r}")
-        elif event in _PATH_EVENTS:
-            for position in _PATH_EVENTS[event]:
-                if position < len(args) and outside(args[position]):
-                    refuse(f"{event} {args[position]!r}")
-
+    inside = os.path.realpath(workdir).rstrip("/") + "/"
+    builtins = (isinstance, bytes, str, int, OSError, slice(None))
+    outside = _guarded(_outside, (inside, frozenset({"/dev/null"}), posix.lstat, posix.readlink, os.fspath, *builtins))
+    path_events = tuple(_PATH_EVENTS.items())
+    free = (isinstance, int, bool, len, getattr, PermissionError, OSError)
+    hook = _guarded(
+        _hook,
+        (
+            _REFUSED,
+            _DENIED_IMPORTS,
+            path_events,
+            _WRITE_FLAGS,
+            _PROTECTED,
+            __file__,
+            outside,
+            posix.stat,
+            os.write,
+            *free,
+        ),
+    )
     sys.addaudithook(hook)
-
-    def not_allowed(name):
-        def blocked(*args, **kwargs):
-            refuse(name)
-
-        return blocked
-
-    for module, names in (
-        (os, ("setsid", "setpgid", "setpgrp", "pidfd_open", "fork", "forkpty", "kill", "killpg")),
-        (signal, ("pidfd_send_signal",)),
-    ):
-        for name in names:
+    names = ("setsid", "setpgid", "setpgrp", "pidfd_open", "fork", "forkpty", "kill", "killpg")
+    for module, module_names in ((os, names), (posix, names), (signal, ("pidfd_send_signal",))):
+        for name in module_names:
             if hasattr(module, name):
-                setattr(module, name, not_allowed(f"{module.__name__}.{name}"))
+                setattr(module, name, _not_allowed(f"{module.__name__}.{name}"))
+
+
+def _not_allowed(name):
+    def blocked(*args, **kwargs):
+        os.write(2, f"\nSANDBOX-VIOLATION {name}\n".encode())
+        raise PermissionError(f"sandbox: {name} is not allowed")
+
+    return blocked
+
+
+def _drop_to_ids(uid, gid):
+    """Inside bubblewrap: become uid/gid when still root; never go on as root."""
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    if os.geteuid() == 0 or os.getuid() == 0:
+        raise SystemExit("sandbox: still root inside the namespaces")
+    return os.getuid()
+
+
+def _isolate(config):
+    """Step 2 of the module docstring for config["mode"]; the layers that took effect."""
+    mode = config.get("mode", "basic")
+    if mode == "none":
+        return {"mode": "none"}
+    if mode == "namespaces":
+        uid = _drop_to_ids(config["uid"], config["gid"])
+        return {"mode": "namespaces", "network_namespace": True, "pid_namespace": True, "uid": uid}
+    layers = {"mode": "basic", "network_namespace": _new_network_namespace(), "dropped_to_user": None}
+    dropped, reason = _drop_privileges(config.get("user"))
+    if dropped:
+        layers["dropped_to_user"] = config["user"]
+    else:
+        layers["not_dropped"] = reason
+    return layers
 
 
 def main():
@@ -190,19 +303,16 @@ def main():
     with open(program_path, encoding="utf-8") as handle:
         source = handle.read()
     _set_limits(config)
-    layers = {"network_namespace": _new_network_namespace(), "dropped_to_user": None}
-    dropped, reason = _drop_privileges(config.get("user"))
-    if dropped:
-        layers["dropped_to_user"] = config["user"]
-    else:
-        layers["not_dropped"] = reason
-    _install_guards(os.getcwd())
+    layers = _isolate(config)
+    if layers["mode"] != "none":
+        _install_guards(os.getcwd())
     os.write(2, ("SANDBOX-LAYERS " + json.dumps(layers) + "\n").encode())
     module = types.ModuleType("__main__")
     module.__file__ = program_path
     sys.modules["__main__"] = module
     sys.argv = [program_path]
     code = compile(source, "program.py", "exec")
+    del config, source, layers
     exec(code, module.__dict__)
 
 

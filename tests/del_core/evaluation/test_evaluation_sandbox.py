@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from del_core.evaluation.sandbox import SandboxLimits, run_program, run_programs
+from del_core.evaluation import sandbox
+from del_core.evaluation.sandbox import (
+    SandboxLimits,
+    SandboxUnavailable,
+    namespaces_available,
+    run_program,
+    run_programs,
+)
 
 LIMITS = SandboxLimits(wall_seconds=4, cpu_seconds=2)
 
@@ -101,3 +108,41 @@ def test_exceptions_are_errors_and_results_keep_input_order():
 def test_root_runs_programs_without_network_interfaces():
     result = run_program("print('ok')", LIMITS)
     assert result.layers.get("network_namespace") is True
+
+
+def test_an_unknown_mode_is_refused_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="auto, namespaces, basic, none"):
+        SandboxLimits(mode="docker")
+
+
+@pytest.mark.parametrize("mode", ["basic", "none"])
+def test_every_mode_runs_a_plain_program_and_says_which_ran(mode):
+    result = run_program("print(6 * 7)", SandboxLimits(wall_seconds=4, cpu_seconds=2, mode=mode))
+    assert (result.status, result.stdout, result.layers["mode"]) == ("ok", "42\n", mode)
+
+
+def test_mode_none_has_rlimits_and_the_wall_clock_only():
+    limits = SandboxLimits(wall_seconds=1.5, cpu_seconds=2, mode="none")
+    assert run_program("import time\ntime.sleep(60)", limits).status == "timeout"
+    result = run_program("import socket\nprint(socket.socket() is not None)", limits)
+    assert result.ok and result.stdout == "True\n" and result.layers == {"mode": "none"}
+
+
+@pytest.mark.skipif(not namespaces_available()[0], reason=f"bubblewrap cannot run here: {namespaces_available()[1]}")
+def test_auto_runs_in_namespaces_where_bubblewrap_works():
+    result = run_program("import os\nprint(os.getuid(), os.getpid(), sorted(os.listdir('/')))", LIMITS)
+    uid, pid, _ = result.stdout.split(" ", 2)
+    assert result.ok and result.layers["mode"] == "namespaces" and (uid, pid) == ("65534", "2")
+    assert "home" not in result.stdout and "etc" not in result.stdout
+
+
+def test_without_bubblewrap_namespaces_raises_and_auto_falls_back_with_one_warning(monkeypatch, capsys):
+    monkeypatch.setitem(sandbox._PROBE, "result", (False, "bwrap is not installed (not on PATH)"))
+    monkeypatch.setitem(sandbox._PROBE, "warned", False)
+    with pytest.raises(SandboxUnavailable, match="bubblewrap.*bwrap is not installed"):
+        run_program("print(1)", SandboxLimits(mode="namespaces"))
+    results = run_programs(["print(1)", "print(2)"], LIMITS, workers=2)
+    assert [(r.status, r.layers["mode"]) for r in results] == [("ok", "basic")] * 2
+    assert run_program("print(3)", LIMITS).layers["mode"] == "basic"
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "namespaces are unavailable" in line]
+    assert len(warnings) == 1 and "bwrap is not installed" in warnings[0] and "does NOT stop" in warnings[0]
