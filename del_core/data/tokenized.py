@@ -53,11 +53,17 @@ class EncodeReport:
         )
 
 
+def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
+    """The token ids of a prompt, as training and every generation back end encode it: the text
+    alone, no special tokens added (the templates carry their own structure)."""
+    return tokenizer(prompt, add_special_tokens=False)["input_ids"]
+
+
 def encode(row: dict[str, str], tokenizer: Any, max_length: int) -> Example:
     """Tokenize one row: prompt masked, EOS appended, cut to ``max_length`` tokens."""
     if tokenizer.eos_token_id is None:
         raise DataError("the tokenizer has no EOS token; set tokenizer.eos_token")
-    prompt = tokenizer(format_prompt(row["instruction"], row.get("input", "")), add_special_tokens=False)["input_ids"]
+    prompt = prompt_ids(tokenizer, format_prompt(row["instruction"], row.get("input", "")))
     response = tokenizer(row["output"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     ids = prompt + response
     # Position t predicts token t + 1: targets are the response tokens, shifted by one.

@@ -17,6 +17,7 @@ from del_core.models.sources import ModelSourceError, check_model_source
 
 BACKENDS = ("auto", "vllm", "hf")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+SANDBOX_MODES = ("auto", "namespaces", "basic", "none")
 
 
 def _option(default: Any, text: str, metavar: str = "") -> Any:
@@ -39,12 +40,17 @@ class EvalConfig:
     backend: str = _option("auto", "auto (vLLM when it imports and a GPU is present), vllm or hf", "NAME")
     tp: int = _option(1, "vLLM tensor-parallel size", "N")
     batch_size: int = _option(8, "HF generate batch size", "N")
-    max_new_tokens: int = _option(512, "tokens generated per answer at most", "N")
+    open_max_new_tokens: int = _option(1500, "new tokens per open-ended answer at most (the release's)", "N")
+    choice_max_new_tokens: int = _option(2048, "new tokens per multiple-choice answer at most (the release's)", "N")
+    max_new_tokens: Optional[int] = _option(None, "sets both lengths above", "N")
     dtype: str = _option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16 or float32", "NAME")
     threads: Optional[int] = _option(None, "torch CPU threads", "N")
     workers: int = _option(4, "generated programs run at once in the sandbox", "N")
     program_seconds: float = _option(10.0, "wall-clock limit of one generated program", "S")
     program_cpu_seconds: int = _option(5, "CPU-time limit of one generated program", "S")
+    sandbox: str = _option(
+        "auto", "auto, namespaces (bubblewrap), basic or none (no isolation: trusted programs only)", "MODE"
+    )
     score_only: Optional[str] = _option(None, "re-score the saved outputs of PRED.jsonl without a model", "PRED.jsonl")
     output: Optional[str] = _option(None, "the scored rows of score_only", "OUT.jsonl")
 
@@ -53,12 +59,15 @@ class EvalConfig:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for name in ("tp", "batch_size", "max_new_tokens", "workers", "program_cpu_seconds"):
+        if self.sandbox not in SANDBOX_MODES:
+            raise ConfigError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, got {self.sandbox!r}")
+        lengths = ("open_max_new_tokens", "choice_max_new_tokens")
+        for name in ("tp", "batch_size", *lengths, "workers", "program_cpu_seconds"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.program_seconds <= 0:
             raise ConfigError(f"program_seconds must be > 0, got {self.program_seconds}")
-        for name in ("limit", "threads"):
+        for name in ("limit", "threads", "max_new_tokens"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.score_only is None and self.model is None:

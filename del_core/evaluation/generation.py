@@ -1,8 +1,10 @@
 """Greedy generation back ends: vLLM (GPU, tensor parallel) or batched Hugging Face ``generate``.
 
 ``make_generator(model, backend="auto")`` picks vLLM when it imports and a CUDA GPU is present, HF
-otherwise. Both decode greedily, stop at EOS or ``max_new_tokens``, and cut each output at the first
-``STOP`` marker (the start of a next Alpaca section), so their outputs are comparable.
+otherwise. Both encode prompts exactly as training does (:func:`del_core.data.tokenized.prompt_ids`:
+no special tokens added), decode greedily, stop at EOS, ``max_new_tokens`` or a ``STOP`` marker (the
+start of a next Alpaca section) during generation, and cut each output before that marker, so their
+outputs are comparable. ``generate(prompts, desc=, max_new_tokens=)`` may override the length per call.
 Models are found by the project's one resolver (:mod:`del_core.models.sources`): an HF directory, a
 training output directory (its ``final/``), a ``.gguf`` file or ``smollm2``, or a hub name.
 """
@@ -14,6 +16,8 @@ import importlib.util
 import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
+
+from del_core.data.tokenized import prompt_ids
 
 STOP = ("\n### Instruction", "\n### Input", "\n### Response", "\n\n\n\n")
 
@@ -40,10 +44,13 @@ def _generate_batch(
     lm: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int, device: Any, synced_gpus: bool
 ) -> list[str]:
     """Greedy completions of one left-padded batch, decoded without the prompt tokens."""
-    encoded = tokenizer(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    ids = [prompt_ids(tokenizer, prompt) for prompt in prompts]
+    encoded = tokenizer.pad({"input_ids": ids}, return_tensors="pt", padding=True).to(device)
     generated = lm.generate(
         **encoded,
         max_new_tokens=max_new_tokens,
+        stop_strings=list(STOP),
+        tokenizer=tokenizer,  # generate needs it to find the stop strings
         do_sample=False,
         num_beams=1,
         synced_gpus=synced_gpus,
@@ -137,9 +144,12 @@ class HFGenerator:
         self.model.eval()
         self.batch_size, self.max_new_tokens = batch_size, max_new_tokens
 
-    def generate(self, prompts: Sequence[str], desc: str = "generate") -> list[str]:
+    def generate(
+        self, prompts: Sequence[str], desc: str = "generate", max_new_tokens: Optional[int] = None
+    ) -> list[str]:
+        length = max_new_tokens or self.max_new_tokens
         return generate_greedy(
-            self.model, self.tokenizer, prompts, self.max_new_tokens, self.device, batch_size=self.batch_size, desc=desc
+            self.model, self.tokenizer, prompts, length, self.device, batch_size=self.batch_size, desc=desc
         )
 
 
@@ -165,10 +175,18 @@ class VLLMGenerator:
             trust_remote_code=False,
             gpu_memory_utilization=gpu_memory_utilization,
         )
-        self.params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=list(STOP))
+        self.sampling_params, self.max_new_tokens = SamplingParams, max_new_tokens
+        self.tokenizer = self.llm.get_tokenizer()
 
-    def generate(self, prompts: Sequence[str], desc: str = "generate") -> list[str]:
-        results = self.llm.generate(list(prompts), self.params, use_tqdm=True)
+    def generate(
+        self, prompts: Sequence[str], desc: str = "generate", max_new_tokens: Optional[int] = None
+    ) -> list[str]:
+        """Greedy completions; prompts go in as token ids so that vLLM adds no BOS of its own."""
+        params = self.sampling_params(
+            temperature=0.0, max_tokens=max_new_tokens or self.max_new_tokens, stop=list(STOP)
+        )
+        requests = [{"prompt_token_ids": prompt_ids(self.tokenizer, prompt)} for prompt in prompts]
+        results = self.llm.generate(requests, params, use_tqdm=True)
         return [cut_at_stop(r.outputs[0].text) for r in results]
 
 

@@ -4,7 +4,8 @@ Open-ended sets (GSM8K, SVAMP, SimulEq, MATH) are asked first for a program (pro
 the question followed by " Let's write a program."), then, when the program yields no answer, in
 plain chain of thought (the question alone). Multiple-choice sets (AQuA, SAT, MMLU-math) are asked
 in chain of thought with their options ("Answer Choices: (A) .. (B) .."), already part of
-``Record.question``.
+``Record.question``, and the response starts with the release's prefix :data:`CHOICE_RESPONSE_PREFIX`
+(the way MathInstruct's multiple-choice answers start), which the model continues.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from del_core.data.prompting import format_prompt
 from del_core.evaluation.benchmarks import Record
 
 PROGRAM_SUFFIX = " Let's write a program."
+CHOICE_RESPONSE_PREFIX = "Let's solve the multi-choice question step by step.\n"
 
 
 def program_prompt(record: Record) -> str:
@@ -21,3 +23,8 @@ def program_prompt(record: Record) -> str:
 
 def chain_of_thought_prompt(record: Record) -> str:
     return format_prompt(record.question)
+
+
+def choice_prompt(record: Record) -> str:
+    """A multiple-choice question's prompt, ending in the response prefix the model continues."""
+    return format_prompt(record.question) + CHOICE_RESPONSE_PREFIX

@@ -1,10 +1,13 @@
 """The evaluation protocol: records + a generator -> scored rows; and re-scoring saved outputs.
 
 :func:`evaluate` (zero-shot, greedy): open-ended records get the program-of-thought prompt; the
-program found in the output runs in the sandbox and its printed answer is extracted; records left
-without an answer (no program, a failed program, nothing parseable printed) are asked again in
-chain of thought and answered from the text. Multiple-choice records get one chain-of-thought
-prompt. :func:`score_outputs` scores saved outputs without a model (``--score-only``).
+program found in the output runs in the sandbox and its printed answer is extracted; an output
+with no program at all is read as a chain-of-thought text (models often answer in words). Records
+left without an answer (no program and no answer in the text, a failed program, nothing parseable
+printed) are asked again in chain of thought and answered from the text. Multiple-choice records
+get one chain-of-thought prompt ending in the release's response prefix. Generation lengths are
+the release's (:class:`GenerationLengths`: 1500 new tokens open-ended, 2048 multiple choice).
+:func:`score_outputs` scores saved outputs without a model (``--score-only``).
 
 A row: benchmark, index, kind, mode (pot | cot | cot_retry | score_only), prompt, output, program
 (the code run, or null), sandbox (status and stdout tail, or null), answer (null: no answer), gold,
@@ -15,15 +18,24 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 from del_core.evaluation.benchmarks import Record
 from del_core.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
-from del_core.evaluation.prompts import chain_of_thought_prompt, program_prompt
+from del_core.evaluation.prompts import chain_of_thought_prompt, choice_prompt, program_prompt
 from del_core.evaluation.sandbox import SandboxLimits, run_programs
 from del_core.evaluation.scoring import is_correct
 
 STDOUT_KEPT = 2000  # characters of a program's stdout kept in a row (its tail)
+
+
+@dataclass(frozen=True)
+class GenerationLengths:
+    """New tokens generated per answer at most, per kind of question (the release's defaults)."""
+
+    open_ended: int = 1500
+    choice: int = 2048
 
 
 def _row(record: Record, mode: str, prompt: Optional[str], output: str, answer, program=None, sandbox=None) -> dict:
@@ -43,10 +55,16 @@ def _row(record: Record, mode: str, prompt: Optional[str], output: str, answer, 
     }
 
 
+def _text_answer(record: Record, output: str):
+    """The answer a chain-of-thought output gives to ``record`` (its question orders named values)."""
+    return answer_from_text(output, record.kind, record.choices, record.question)
+
+
 def run_program_outputs(
     records: Sequence[Record], outputs: Sequence[str], limits: SandboxLimits, workers: int
 ) -> list[tuple]:
-    """For each output: (answer or None, program or None, sandbox summary or None)."""
+    """For each output: (answer or None, program or None, sandbox summary or None). An output with
+    no program is read as text (a chain-of-thought reply to a program prompt)."""
     from tqdm import tqdm
 
     programs = [program_from_output(output) for output in outputs]
@@ -60,7 +78,7 @@ def run_program_outputs(
     for i, (record, program) in enumerate(zip(records, programs)):
         result = by_output.get(i)
         if result is None:
-            answered.append((None, None, None))
+            answered.append((_text_answer(record, outputs[i]), None, None))
             continue
         answer = answer_from_program_output(result.stdout, record.kind, record.choices) if result.ok else None
         sandbox = {"status": result.status, "stdout": result.stdout[-STDOUT_KEPT:]}
@@ -68,39 +86,48 @@ def run_program_outputs(
     return answered
 
 
+def _chain_of_thought_rows(records, prompts, generator, max_new_tokens: int, desc: str, rows: dict) -> None:
+    """Generate and read chain-of-thought answers; a record that already has a row keeps it as the
+    ``program_attempt`` of its ``cot_retry`` row."""
+    outputs = generator.generate(prompts, desc=desc, max_new_tokens=max_new_tokens)
+    for record, prompt, output in zip(records, prompts, outputs):
+        key = (record.benchmark, record.index)
+        answer = _text_answer(record, output)
+        row = _row(record, "cot_retry" if key in rows else "cot", prompt, output, answer)
+        if key in rows:
+            first = rows[key]
+            row["program_attempt"] = {k: first[k] for k in ("prompt", "output", "program", "sandbox")}
+        rows[key] = row
+
+
 def evaluate(
-    records: Sequence[Record], generator, limits: SandboxLimits = SandboxLimits(), workers: int = 4
+    records: Sequence[Record],
+    generator,
+    limits: SandboxLimits = SandboxLimits(),
+    workers: int = 4,
+    lengths: GenerationLengths = GenerationLengths(),
 ) -> list[dict]:
-    """Scored rows for ``records`` (in their order), by the protocol of the module docstring."""
+    """Scored rows for ``records`` (in their order), by the protocol of the module docstring.
+    ``generator.generate(prompts, desc=, max_new_tokens=)`` returns one output per prompt."""
     rows: dict[tuple, dict] = {}
     open_ended = [r for r in records if r.kind != "choice"]
     retry: list[Record] = []
     if open_ended:
         prompts = [program_prompt(r) for r in open_ended]
-        outputs = generator.generate(prompts, desc="program of thought")
+        outputs = generator.generate(prompts, desc="program of thought", max_new_tokens=lengths.open_ended)
         for record, prompt, output, (answer, program, sandbox) in zip(
             open_ended, prompts, outputs, run_program_outputs(open_ended, outputs, limits, workers)
         ):
             rows[(record.benchmark, record.index)] = _row(record, "pot", prompt, output, answer, program, sandbox)
             if answer is None:
                 retry.append(record)
-    cot = retry + [r for r in records if r.kind == "choice"]
-    if cot:
-        prompts = [chain_of_thought_prompt(r) for r in cot]
-        outputs = generator.generate(prompts, desc="chain of thought")
-        for record, prompt, output in zip(cot, prompts, outputs):
-            key = (record.benchmark, record.index)
-            row = _row(
-                record,
-                "cot_retry" if key in rows else "cot",
-                prompt,
-                output,
-                answer_from_text(output, record.kind, record.choices),
-            )
-            if key in rows:
-                first = rows[key]
-                row["program_attempt"] = {k: first[k] for k in ("prompt", "output", "program", "sandbox")}
-            rows[key] = row
+    if retry:
+        prompts = [chain_of_thought_prompt(r) for r in retry]
+        _chain_of_thought_rows(retry, prompts, generator, lengths.open_ended, "chain of thought", rows)
+    choice = [r for r in records if r.kind == "choice"]
+    if choice:
+        prompts = [choice_prompt(r) for r in choice]
+        _chain_of_thought_rows(choice, prompts, generator, lengths.choice, "multiple choice", rows)
     return [rows[(r.benchmark, r.index)] for r in records]
 
 
@@ -128,6 +155,6 @@ def score_outputs(
     for i, (record, output, mode) in enumerate(items):
         answer, program, sandbox = ran.get(i, (None, None, None))
         if answer is None and (mode != "pot" or record.kind == "choice"):
-            answer = answer_from_text(output, record.kind, record.choices)
+            answer = _text_answer(record, output)
         rows.append(_row(record, "score_only", None, output, answer, program, sandbox))
     return rows

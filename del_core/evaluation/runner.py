@@ -32,8 +32,9 @@ from del_core.evaluation.benchmarks import (
 )
 from del_core.evaluation.config import EvalConfig
 from del_core.evaluation.generation import GeneratorError, check_backend
+from del_core.evaluation.protocol import GenerationLengths, evaluate, score_outputs
 from del_core.evaluation.report import format_table, write_json
-from del_core.evaluation.sandbox import SandboxLimits
+from del_core.evaluation.sandbox import SandboxLimits, SandboxUnavailable, resolve_mode
 from del_core.evaluation.scoring import summarize
 from del_core.models.sources import ModelSourceError, resolve_model
 
@@ -96,13 +97,13 @@ def _question(prediction: Prediction, questions: list[Record]) -> Record:
 
 
 def _limits(config: EvalConfig) -> SandboxLimits:
-    return SandboxLimits(wall_seconds=config.program_seconds, cpu_seconds=config.program_cpu_seconds)
+    return SandboxLimits(
+        wall_seconds=config.program_seconds, cpu_seconds=config.program_cpu_seconds, mode=config.sandbox
+    )
 
 
 def score_only(config: EvalConfig) -> int:
     """Re-score ``config.score_only`` into ``config.output`` (module docstring); the exit status."""
-    from del_core.evaluation.protocol import score_outputs
-
     data_dir = data_dir_from(config.data_dir)
     predictions = read_predictions(Path(config.score_only))
     names = sorted({p.row["benchmark"] for p in predictions})
@@ -121,8 +122,16 @@ def score_only(config: EvalConfig) -> int:
     return 0
 
 
+def generation_lengths(config: EvalConfig) -> GenerationLengths:
+    """The per-kind generation lengths of ``config`` (``max_new_tokens``, when set, for both)."""
+    if config.max_new_tokens is not None:
+        return GenerationLengths(config.max_new_tokens, config.max_new_tokens)
+    return GenerationLengths(config.open_max_new_tokens, config.choice_max_new_tokens)
+
+
 def _run_config(config: EvalConfig, resolved: str, backend: str, names: tuple, data_dir: Path, started: float) -> dict:
     """The ``config`` entry of summary.json: what was run, and its wall time."""
+    lengths = generation_lengths(config)
     return {
         "model": config.model,
         "resolved_model": resolved,
@@ -130,7 +139,7 @@ def _run_config(config: EvalConfig, resolved: str, backend: str, names: tuple, d
         "tp": config.tp,
         "benchmarks": list(names),
         "limit": config.limit,
-        "max_new_tokens": config.max_new_tokens,
+        "max_new_tokens": {"open_ended": lengths.open_ended, "choice": lengths.choice},
         "batch_size": config.batch_size,
         "data_dir": str(data_dir),
         "seconds": round(time.time() - started, 1),
@@ -141,7 +150,6 @@ def evaluate_model(config: EvalConfig) -> int:
     """Evaluate ``config.model`` on the benchmarks (module docstring); the exit status. Benchmarks,
     back end and model source are checked before the model is loaded."""
     from del_core.evaluation.generation import make_generator
-    from del_core.evaluation.protocol import evaluate
 
     data_dir = data_dir_from(config.data_dir)
     names = parse_benchmark_list(config.benchmarks)
@@ -159,11 +167,11 @@ def evaluate_model(config: EvalConfig) -> int:
         config.backend,
         tp=config.tp,
         batch_size=config.batch_size,
-        max_new_tokens=config.max_new_tokens,
+        max_new_tokens=generation_lengths(config).open_ended,
         dtype=config.dtype,
     )
     print(f"[evaluate] {resolved} ({generator.name}), {len(records)} questions of {', '.join(names)}", file=sys.stderr)
-    rows = evaluate(records, generator, _limits(config), config.workers)
+    rows = evaluate(records, generator, _limits(config), config.workers, generation_lengths(config))
     summary = summarize(rows)
     summary["config"] = _run_config(config, resolved, generator.name, names, data_dir, started)
     write_jsonl(output_dir / "predictions.jsonl", rows)
@@ -177,6 +185,7 @@ def run(config: EvalConfig) -> int:
     """Re-score (``config.score_only`` set) or evaluate; the exit status. Bad input raises
     :class:`EvaluationError`."""
     try:
+        resolve_mode(config.sandbox)  # probe bubblewrap (warn, or fail for namespaces) before any model loads
         return score_only(config) if config.score_only else evaluate_model(config)
-    except (BenchmarkError, ModelSourceError, GeneratorError, JsonlError) as err:
+    except (BenchmarkError, ModelSourceError, GeneratorError, JsonlError, SandboxUnavailable) as err:
         raise EvaluationError(str(err)) from None

@@ -11,7 +11,7 @@ import pytest
 from del_core.data.prompting import format_prompt
 from del_core.evaluation.benchmarks import BENCHMARKS, load_benchmark
 from del_core.evaluation.config import load_eval_config
-from del_core.evaluation.prompts import PROGRAM_SUFFIX
+from del_core.evaluation.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX
 from del_core.evaluation.runner import run
 from del_core.evaluation.scoring import is_correct
 from helpers.shared import REPO, real_tokenizer
@@ -60,7 +60,7 @@ def test_tiny_model_runs_every_benchmark_end_to_end(tiny_model_dir, data_dir, tm
         assert row["gold"] == record.gold and row["correct"] == is_correct(row["answer"], record)
         assert row["unanswered"] == (row["answer"] is None)
         if record.kind == "choice":
-            assert row["mode"] == "cot" and row["prompt"] == format_prompt(record.question)
+            assert row["mode"] == "cot" and row["prompt"] == format_prompt(record.question) + CHOICE_RESPONSE_PREFIX
         else:
             assert row["mode"] in ("pot", "cot_retry")
             program_prompt = row["prompt"] if row["mode"] == "pot" else row["program_attempt"]["prompt"]

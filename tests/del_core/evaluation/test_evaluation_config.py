@@ -9,6 +9,8 @@ import pytest
 
 from del_core.config import ConfigError
 from del_core.evaluation.config import EvalConfig, load_eval_config, options_help
+from del_core.evaluation.protocol import GenerationLengths
+from del_core.evaluation.runner import generation_lengths
 
 
 @pytest.fixture
@@ -33,9 +35,13 @@ def test_flags_in_every_spelling(model_dir):
     assert (defaults.benchmarks, defaults.backend, defaults.max_new_tokens, defaults.limit) == (
         "all",
         "auto",
-        512,
+        None,
         None,
     )
+    assert generation_lengths(defaults) == GenerationLengths(open_ended=1500, choice=2048)
+    assert generation_lengths(load_eval_config([model_dir, "--max-new-tokens", "16"])) == GenerationLengths(16, 16)
+    lengths = load_eval_config([model_dir, "--open-max-new-tokens", "100", "--choice-max-new-tokens", "200"])
+    assert generation_lengths(lengths) == GenerationLengths(100, 200) and defaults.sandbox == "auto"
     assert load_eval_config(["--score-only", "p.jsonl", "--output", "o.jsonl"]).score_only == "p.jsonl"
 
 

@@ -7,7 +7,8 @@ import copy
 
 import torch
 
-from del_core.evaluation.generation import STOP, cut_at_stop, generate_greedy
+from del_core.data.tokenized import encode
+from del_core.evaluation.generation import STOP, HFGenerator, VLLMGenerator, cut_at_stop, generate_greedy
 
 
 class EchoLM:
@@ -48,6 +49,7 @@ def test_outputs_in_prompt_order_cut_at_stop_with_modes_and_padding_restored(qwe
     assert [len(call["input_ids"]) for call in lm.calls] == [2, 2, 1]
     for call in lm.calls:
         assert call["synced_gpus"] is True and call["max_new_tokens"] == 7 and call["do_sample"] is False
+        assert call["stop_strings"] == list(STOP) and call["tokenizer"] is tokenizer  # stops while generating
         assert bool(call["attention_mask"][:, -1].all())  # left padding: every row ends at its last token
     assert not bool(lm.calls[0]["attention_mask"][:, 0].all())  # the longest two differ: the shorter is padded
     lm.eval()
@@ -60,3 +62,83 @@ def test_cut_at_stop_keeps_the_text_before_the_first_marker():
     assert cut_at_stop("42\n### Response:\nmore\n### Instruction") == "42"
     assert cut_at_stop("no marker") == "no marker"
     assert all(cut_at_stop(f"x{marker}y") == "x" for marker in STOP)
+
+
+def test_prompts_are_encoded_as_in_training(qwen2_tokenizer):
+    """The ids generate sees are the prompt ids of a training example (no BOS or other special token)."""
+    tokenizer = copy.deepcopy(qwen2_tokenizer)
+    lm = EchoLM(tokenizer)
+    row = {"instruction": "What is 2 + 3?", "output": "5"}
+    from del_core.data.prompting import format_prompt
+
+    prompt = format_prompt(row["instruction"])
+    generate_greedy(lm, tokenizer, [prompt], 3, "cpu")
+    trained = encode(row, tokenizer, max_length=512).input_ids
+    sent = lm.calls[0]["input_ids"][0].tolist()
+    assert trained[: len(sent)] == sent and trained[len(sent) :] == tokenizer("5")["input_ids"] + [
+        tokenizer.eos_token_id
+    ]
+
+
+class FakeLLM:
+    """vLLM's LLM.generate stand-in: records the requests, answers each with a stop marker inside."""
+
+    def __init__(self):
+        self.requests = []
+
+    def generate(self, requests, params, use_tqdm=True):
+        self.requests.append((requests, params))
+
+        class Output:
+            text = "42\n### Instruction:\nmore"
+
+        return [type("Result", (), {"outputs": [Output()]})() for _ in requests]
+
+
+def test_vllm_gets_token_ids_and_the_per_call_length(qwen2_tokenizer):
+    generator = VLLMGenerator.__new__(VLLMGenerator)  # no vLLM here: the engine is a stand-in
+    generator.llm, generator.tokenizer, generator.max_new_tokens = FakeLLM(), qwen2_tokenizer, 64
+    generator.sampling_params = lambda **options: options
+    assert generator.generate(["a prompt"], max_new_tokens=9) == ["42"]
+    ((requests, params),) = generator.llm.requests
+    assert requests == [{"prompt_token_ids": qwen2_tokenizer("a prompt", add_special_tokens=False)["input_ids"]}]
+    assert params == {"temperature": 0.0, "max_tokens": 9, "stop": list(STOP)}
+    generator.generate(["x"])
+    assert generator.llm.requests[-1][1]["max_tokens"] == 64
+
+
+def test_hf_generator_length_per_call(monkeypatch):
+    seen = []
+    monkeypatch.setattr(
+        "del_core.evaluation.generation.generate_greedy", lambda lm, tok, prompts, n, device, **kw: seen.append(n) or []
+    )
+    generator = HFGenerator.__new__(HFGenerator)
+    generator.model, generator.tokenizer, generator.device, generator.batch_size = None, None, "cpu", 2
+    generator.max_new_tokens = 32
+    generator.generate([], max_new_tokens=5)
+    generator.generate([])
+    assert seen == [5, 32]
+
+
+def test_real_generate_stops_at_the_stop_string_while_generating(tmp_path, qwen2_tokenizer):
+    """A tiny Qwen2 forced to write "\\n### Instruction" token by token: transformers' generate
+    stops when the marker is complete (3 forwards), not after max_new_tokens (40)."""
+    from transformers import AutoModelForCausalLM
+
+    from helpers.training import make_tiny_qwen2
+
+    lm = AutoModelForCausalLM.from_pretrained(make_tiny_qwen2(tmp_path, qwen2_tokenizer))
+    marker = qwen2_tokenizer("\n### Instruction", add_special_tokens=False)["input_ids"]
+    forwards = []
+    real_forward = lm.forward
+
+    def forced(*args, **kwargs):
+        out = real_forward(*args, **kwargs)
+        out.logits[:] = -1e4
+        out.logits[:, -1, marker[len(forwards) % len(marker)]] = 1e4
+        forwards.append(1)
+        return out
+
+    lm.forward = forced
+    assert generate_greedy(lm, qwen2_tokenizer, ["hello there"], 40, "cpu") == [""]
+    assert len(forwards) == len(marker) == 3
