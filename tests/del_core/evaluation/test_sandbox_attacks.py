@@ -7,6 +7,7 @@ process started by the program outlives the run, and the sandbox's temporary fol
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -296,3 +297,29 @@ def test_the_basic_guarantees_table_covers_every_attack_and_admits_the_rest():
         "g_reading_files_and_environ",
         "h_killing_the_harness",
     }
+
+
+CONTROLS = {"f_dir_fd_and_chdir_writes": "WROTE", "g_reading_files_and_environ": "READ "}
+
+
+@pytest.mark.parametrize("attack", sorted(CONTROLS))
+def test_the_attacks_get_through_without_a_sandbox(attack, decoys):
+    """The controls: with mode none (rlimits only) the same programs do write and read the decoys,
+    so the containment tests above would fail if the isolation were missing."""
+    result = run_program(_program(ATTACKS[attack], decoys), SandboxLimits(wall_seconds=4, cpu_seconds=2, mode="none"))
+    assert result.layers["mode"] == "none" and CONTROLS[attack] in result.stdout
+    if attack == "g_reading_files_and_environ":
+        assert decoys.secret in result.stdout
+    else:
+        assert decoys.outside.read_text() == "pwned"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC = 0 stops the fork of a non-root control")
+def test_private_process_creation_gets_through_without_a_sandbox(decoys):
+    result = run_program(_program(ATTACKS["a_private_process_creation"], decoys), SandboxLimits(mode="none"))
+    try:
+        assert "SPAWNED-0" in result.stdout
+    finally:
+        for line in _marked_processes(decoys.marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(line.split(":")[0]), 9)
