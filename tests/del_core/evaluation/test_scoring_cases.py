@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from del_core.data.jsonl import JsonlError, iter_jsonl
 from del_core.evaluation.benchmarks import BENCHMARKS, MULTIPLE_CHOICE, load_benchmark
 from del_core.evaluation.extract import answer_from_text
 from del_core.evaluation.scoring import is_correct
@@ -31,18 +32,11 @@ class CaseFileError(ValueError):
 
 
 def read_cases(path: Path) -> list[tuple[int, dict]]:
-    """The (line number, case) pairs of a case file; blank lines are skipped."""
+    """The (line number, case) pairs of a case file (the project's JSON-lines reader), each with
+    the fields of ``FIELDS``; blank lines are skipped."""
     cases = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path} line {number}"
-        try:
-            case = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CaseFileError(f"{where}: not valid JSON ({err})") from None
-        if not isinstance(case, dict):
-            raise CaseFileError(f"{where}: expected an object, got {type(case).__name__}")
+    for number, case in iter_jsonl(path):
+        where = f"{path}: line {number}"
         for key, kind in FIELDS.items():
             if key not in case:
                 raise CaseFileError(f"{where}: missing field {key!r}")
@@ -75,13 +69,13 @@ def test_case_file_error_names_file_and_line(tmp_path):
     path = tmp_path / "broken.jsonl"
     good = json.dumps({"index": 0, "output": "The answer is 1.", "correct": True, "why": "ok"})
     path.write_text(good + "\n{not json\n", encoding="utf-8")
-    with pytest.raises(CaseFileError, match=r"broken\.jsonl line 2: not valid JSON"):
+    with pytest.raises(JsonlError, match=r"broken\.jsonl: line 2: not valid JSON"):
         read_cases(path)
     path.write_text(good + "\n\n" + json.dumps({"index": 0, "output": "x", "correct": "yes", "why": ""}) + "\n")
-    with pytest.raises(CaseFileError, match=r"broken\.jsonl line 3: field 'correct'"):
+    with pytest.raises(CaseFileError, match=r"broken\.jsonl: line 3: field 'correct'"):
         read_cases(path)
     path.write_text(json.dumps({"index": 0, "output": "x", "why": ""}) + "\n")
-    with pytest.raises(CaseFileError, match=r"broken\.jsonl line 1: missing field 'correct'"):
+    with pytest.raises(CaseFileError, match=r"broken\.jsonl: line 1: missing field 'correct'"):
         read_cases(path)
 
 
