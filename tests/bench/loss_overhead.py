@@ -22,18 +22,21 @@ It then measures the baseline ``CE`` (``F.cross_entropy(logits.float().view(-1, 
 reset before every call. EMO gets a random [V, --emo-hidden] cost embedding, built with the loss
 and held before the measured call (so it is not counted in the peak).
 
-Time: median over ``--repeats`` rounds after ``--warmup`` unmeasured rounds, wall clock, with
-``torch.cuda.synchronize()`` before and after each call on CUDA. A round calls every loss once in
-turn (interleaved), so drifts of a shared machine fall on all losses alike.
+Time: median and min-max over ``--repeats`` rounds after ``--warmup`` unmeasured rounds, wall
+clock, with ``torch.cuda.synchronize()`` before and after each call on CUDA. A round calls every
+loss once in turn (interleaved), so drifts of a shared machine fall on all losses alike; the
+ratios are paired: per round, a loss's call over CE's (or mle's) call of the same round, then the
+median over rounds, and for time_vs_mle also the min-max over rounds (a ratio whose min-max
+straddles 1 is not a measured cost).
 
 Peak memory: one extra call after the timed ones, measured as in ``bench_common.py`` (CUDA
 allocator peak, or sampled RSS on CPU) above what is held before it (logits, labels, the loss
 module's buffers; ``logits.grad`` is None then, so the gradient counts in the peak).
 
-Output: a progress line per measurement on stderr, then a markdown table (V, N, loss, time_ms,
-time_ratio and mem_ratio relative to CE at the same V and N, time_vs_mle relative to the ``mle``
-row, i.e. the cost of the auxiliary term alone, peak_MiB) on stdout; ``--json PATH``
-also writes the rows as JSON.
+Output: a progress line per measurement on stderr, then a markdown table (V, N, loss, time_ms with
+its min-max, time_ratio and mem_ratio relative to CE at the same V and N, time_vs_mle relative to
+the ``mle`` row, i.e. the cost of the auxiliary term alone, with its min-max, peak_MiB) on stdout;
+``--json PATH`` also writes the rows as JSON.
 """
 
 from __future__ import annotations
@@ -64,11 +67,15 @@ class Row:
     V: int
     N: int
     loss: str
-    time_ms: float
+    time_ms: float  # median over the rounds
     peak_MiB: float
-    time_ratio: float = math.nan
+    time_min_ms: float = math.nan
+    time_max_ms: float = math.nan
+    time_ratio: float = math.nan  # median over rounds of (this call / CE's call in the same round)
     mem_ratio: float = math.nan
-    time_vs_mle: float = math.nan
+    time_vs_mle: float = math.nan  # median over rounds of (this call / mle's call in the same round)
+    vs_mle_min: float = math.nan  # the spread of that paired ratio over the rounds
+    vs_mle_max: float = math.nan
     device: str = ""
     dtype: str = ""
 
@@ -118,11 +125,14 @@ def run_once(step: Step, logits: torch.Tensor) -> None:
     step()
 
 
-def interleaved_times_ms(steps: dict[str, Step], logits: torch.Tensor, repeats: int, warmup: int) -> dict[str, float]:
-    """Median wall time (ms) of each step over ``repeats`` rounds after ``warmup`` rounds.
+def interleaved_times_ms(
+    steps: dict[str, Step], logits: torch.Tensor, repeats: int, warmup: int
+) -> dict[str, list[float]]:
+    """Wall time (ms) of each step in each of ``repeats`` rounds, after ``warmup`` rounds.
 
     Each round runs every step once, in turn, so slow drifts of the machine (other processes,
-    allocator state, thermal limits) fall on all steps alike instead of on whichever ran last.
+    allocator state, thermal limits) fall on all steps alike instead of on whichever ran last, and
+    the ratio of two steps in one round is a paired measurement.
     """
     device = logits.device
     for _ in range(warmup):
@@ -137,7 +147,7 @@ def interleaved_times_ms(steps: dict[str, Step], logits: torch.Tensor, repeats: 
             step()
             synchronize(device)
             times[name].append((time.perf_counter() - start) * 1e3)
-    return {name: statistics.median(values) for name, values in times.items()}
+    return times
 
 
 def measure_peak(name: str, step: Step, logits: torch.Tensor) -> float:
@@ -162,33 +172,42 @@ def bench_config(vocab_size: int, n_tokens: int, args: argparse.Namespace) -> li
     try:
         times = interleaved_times_ms(steps, logits, args.repeats, args.warmup)
     except torch.cuda.OutOfMemoryError:
-        times = dict.fromkeys(steps, math.nan)
+        times = {name: [math.nan] for name in steps}
     dtype = str(logits.dtype).replace("torch.", "")
     rows = []
     for name, step in steps.items():
         peak = measure_peak(name, step, logits)
-        rows.append(Row(vocab_size, n_tokens, name, times[name], peak, device=str(logits.device), dtype=dtype))
+        median = statistics.median(times[name])
+        row = Row(vocab_size, n_tokens, name, median, peak, min(times[name]), max(times[name]))
+        row.device, row.dtype = str(logits.device), dtype
+        rows.append(row)
         print(
-            f"V={vocab_size:>6} N={n_tokens:>5} {name:<8} {times[name]:10.2f} ms {peak:10.1f} MiB",
+            f"V={vocab_size:>6} N={n_tokens:>5} {name:<8} {median:10.2f} ms {peak:10.1f} MiB",
             file=sys.stderr,
             flush=True,
         )
-    add_ratios(rows)
+    add_ratios(rows, times)
     del steps, logits, labels
     release_memory(args.device)
     return rows
 
 
-def add_ratios(rows: list[Row]) -> None:
-    """Fill time_ratio and mem_ratio relative to the first (CE) row, and time_vs_mle relative to
-    the ``mle`` row (the same fused CE without an auxiliary term: the cost of the term alone)."""
+def add_ratios(rows: list[Row], times: dict[str, list[float]]) -> None:
+    """Fill time_ratio (paired with CE, the first row) and mem_ratio, and time_vs_mle with its
+    min-max over rounds (paired with ``mle``: the same fused CE without an auxiliary term, so the
+    ratio is the cost of the term alone)."""
     base = rows[0]
-    mle = next((row for row in rows if row.loss == "mle"), None)
     for row in rows:
-        row.time_ratio = _ratio(row.time_ms, base.time_ms)
+        row.time_ratio = statistics.median(_paired(times[row.loss], times[base.loss]))
         row.mem_ratio = _ratio(row.peak_MiB, base.peak_MiB)
-        if mle is not None:
-            row.time_vs_mle = _ratio(row.time_ms, mle.time_ms)
+        if "mle" in times:
+            paired = _paired(times[row.loss], times["mle"])
+            row.time_vs_mle, row.vs_mle_min, row.vs_mle_max = statistics.median(paired), min(paired), max(paired)
+
+
+def _paired(values: list[float], bases: list[float]) -> list[float]:
+    """Per-round ratios ``values[i] / bases[i]``."""
+    return [_ratio(value, base) for value, base in zip(values, bases)]
 
 
 def _ratio(value: float, base: float) -> float:
@@ -196,14 +215,15 @@ def _ratio(value: float, base: float) -> float:
 
 
 def markdown_table(rows: list[Row]) -> str:
-    """The rows as a markdown table."""
+    """The rows as a markdown table: medians, with the min-max over rounds in brackets."""
     lines = [
-        "| V | N | loss | time_ms | time_ratio | time_vs_mle | peak_MiB | mem_ratio |",
+        "| V | N | loss | time_ms [min-max] | time_ratio | time_vs_mle [min-max] | peak_MiB | mem_ratio |",
         "|---:|---:|:---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.V} | {r.N} | {r.loss} | {r.time_ms:.2f} | {r.time_ratio:.3f} | {r.time_vs_mle:.3f} "
+            f"| {r.V} | {r.N} | {r.loss} | {r.time_ms:.1f} [{r.time_min_ms:.1f}-{r.time_max_ms:.1f}] "
+            f"| {r.time_ratio:.3f} | {r.time_vs_mle:.3f} [{r.vs_mle_min:.3f}-{r.vs_mle_max:.3f}] "
             f"| {r.peak_MiB:.1f} | {r.mem_ratio:.3f} |"
         )
     return "\n".join(lines)
