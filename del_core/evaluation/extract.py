@@ -50,6 +50,7 @@ _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.S)
 _ANSWER_IS = re.compile(r"(?:answer\s+is|answer\s*:|####)[\s*:]*", re.I)
 _HEDGE = re.compile(r"\d[^\n.;]*?\bor\s+(?:maybe\s+|perhaps\s+)?[$\\(-]*\d", re.I)
 _ARITHMETIC_CHAIN = re.compile(r"^[\s$]*[-+]?[\d.,]+(?:\s*[-+*/×x÷^]\s*\(?[\d.,]+\)?)+\s*=\s*")
+_SENTENCE_END = re.compile(r"(?<!\d)\.(?!\d)|\n")  # a point that is not a decimal point, or a line end
 _ASSIGNMENT = re.compile(r"(?<![\w.])([a-zA-Z]\w{0,2})\s*=\s*\$?(" + NUMBER_PATTERN.pattern + r")")
 
 Answer = Union[str, list, None]
@@ -161,17 +162,13 @@ def answer_from_text(text: str, kind: str, choices: Sequence[str] = (), question
 
 def _number_in_segment(segment: str) -> Optional[str]:
     """The one number a segment answers with (see the module docstring)."""
-    first_sentence = re.split(r"(?<!\d)\.(?!\d)|\n", segment)[0]
-    if _HEDGE.search(first_sentence):
+    if _HEDGE.search(_SENTENCE_END.split(segment)[0]):
         return None
     segment = re.sub(r"^([\s$*]*)-\s+(?=\d)", r"\1-", segment)
-    while _ARITHMETIC_CHAIN.match(segment):
-        segment = segment[_ARITHMETIC_CHAIN.match(segment).end() :]
+    while chain := _ARITHMETIC_CHAIN.match(segment):
+        segment = segment[chain.end() :]
     found = find_numbers(segment)
     return found[0] if found else None
-
-
-_SENTENCE_END = re.compile(r"(?<!\d)\.(?!\d)|\n")
 
 
 def _boxed_statement(text: str) -> Optional[str]:
@@ -284,9 +281,7 @@ def _choice_in_last_line(line: str, letters: str, choices: Sequence[str]) -> Opt
     numbers = find_numbers(line)
     if not numbers or worded:
         return None
-    hits = [
-        i for i, c in enumerate(choices) if len(find_numbers(c)) == 1 and numbers_match(numbers[-1], find_numbers(c)[0])
-    ]
+    hits = _options_numbered(numbers[-1], choices)
     return LETTERS[hits[0]] if len(hits) == 1 else None
 
 
@@ -320,9 +315,14 @@ def _choice_by_text(answer: str, choices: Sequence[str]) -> Optional[str]:
     if not hits:
         value = _number_in_segment(answer)
         if value is not None:
-            hits = [
-                i
-                for i, c in enumerate(choices)
-                if len(find_numbers(c)) == 1 and numbers_match(value, find_numbers(c)[0])
-            ]
+            hits = _options_numbered(value, choices)
     return LETTERS[hits[0]] if len(hits) == 1 else None
+
+
+def _options_numbered(value: str, choices: Sequence[str]) -> list[int]:
+    """The indices of the options whose text holds one number, and that number matches ``value``."""
+    return [
+        i
+        for i, choice in enumerate(choices)
+        if len(found := find_numbers(choice)) == 1 and numbers_match(value, found[0])
+    ]

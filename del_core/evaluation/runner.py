@@ -129,9 +129,10 @@ def generation_lengths(config: EvalConfig) -> GenerationLengths:
     return GenerationLengths(config.open_max_new_tokens, config.choice_max_new_tokens)
 
 
-def _run_config(config: EvalConfig, resolved: str, backend: str, names: tuple, data_dir: Path, started: float) -> dict:
+def _run_config(
+    config: EvalConfig, resolved: str, backend: str, names: tuple, data_dir: Path, lengths: GenerationLengths, started
+) -> dict:
     """The ``config`` entry of summary.json: what was run, and its wall time."""
-    lengths = generation_lengths(config)
     return {
         "model": config.model,
         "resolved_model": resolved,
@@ -162,18 +163,19 @@ def evaluate_model(config: EvalConfig) -> int:
     resolved = resolve_model(config.model)
     output_dir = Path(config.output_dir) if config.output_dir else default_output_dir(config.model, resolved)
     started = time.time()
+    lengths = generation_lengths(config)
     generator = make_generator(
         resolved,
         config.backend,
         tp=config.tp,
         batch_size=config.batch_size,
-        max_new_tokens=generation_lengths(config).open_ended,
+        max_new_tokens=lengths.open_ended,
         dtype=config.dtype,
     )
     print(f"[evaluate] {resolved} ({generator.name}), {len(records)} questions of {', '.join(names)}", file=sys.stderr)
-    rows = evaluate(records, generator, _limits(config), config.workers, generation_lengths(config))
+    rows = evaluate(records, generator, _limits(config), config.workers, lengths)
     summary = summarize(rows)
-    summary["config"] = _run_config(config, resolved, generator.name, names, data_dir, started)
+    summary["config"] = _run_config(config, resolved, generator.name, names, data_dir, lengths, started)
     write_jsonl(output_dir / "predictions.jsonl", rows)
     write_json(output_dir / "summary.json", summary)
     print(format_table(summary))
