@@ -8,8 +8,9 @@ when there is none):
 * digit, j > p (fractional part): u = 1.02 ** -(j - p + 1)    ("3.14" -> 2 0 0.9612 0.9423)
 * point:                          u = 0, no DEL term
 
-Everything is computed with tensor operations (no Python loop over tokens and no host-device
-synchronisation), so it can run inside the loss on the GPU.
+Everything is computed with tensor operations (no Python loop over tokens, no host-device
+synchronisation and no host-to-device copy once the digit ids are cached on the device), so it can
+run inside the loss on the GPU.
 """
 
 from __future__ import annotations
@@ -101,8 +102,7 @@ def number_spans(labels: torch.Tensor, vocab: DigitVocab) -> NumberSpans:
     m = (j - p).clamp_min(0)
     # float64 so that float64 losses (gradcheck) see exact place values; it is N numbers.
     u = torch.where(integer_part, 2.0 * k_int.to(torch.float64), torch.zeros(n, dtype=torch.float64, device=device))
-    base = torch.tensor(FRACTION_BASE, dtype=torch.float64, device=device)
-    u = torch.where(fraction_part, torch.pow(base, -(m + 1).to(torch.float64)), u)
+    u = torch.where(fraction_part, torch.pow(FRACTION_BASE, -(m + 1).to(torch.float64)), u)
 
     # Fractional digits as a separate integer: count the digits from j to the span's end.
     digits_before = torch.cumsum(flat_digit.to(torch.long), 0) - flat_digit.to(torch.long)

@@ -27,6 +27,9 @@ PROBE_TEXT = (
     "12,345 people in 2026 paid 987654321 or 100.125 x7 -42\n9876"
 )
 
+# digit_tensor's cache: (digit ids, device) -> the int64 [10] tensor on that device.
+_DIGIT_ID_TENSORS: dict[tuple[tuple[int, ...], torch.device], torch.Tensor] = {}
+
 # Marks that tokenizers put in front of a token to say "a space precedes" (SentencePiece,
 # byte-level BPE); they are not part of the number.
 _SPACE_MARKS = ("\u2581", "\u0120", " ")
@@ -70,8 +73,13 @@ class DigitVocab:
         return self.family == MULTI_DIGIT
 
     def digit_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """int64 tensor [10] of the digit ids on ``device``."""
-        return torch.tensor(self.digit_ids, dtype=torch.long, device=device)
+        """int64 tensor [10] of the digit ids on ``device``, made once per device and cached (a
+        host-to-device copy per loss call would stall the CUDA stream). Treat it as read-only."""
+        key = (self.digit_ids, torch.device(device) if device is not None else torch.device("cpu"))
+        tensor = _DIGIT_ID_TENSORS.get(key)
+        if tensor is None:
+            tensor = _DIGIT_ID_TENSORS[key] = torch.tensor(self.digit_ids, dtype=torch.long, device=key[1])
+        return tensor
 
     def check_fits(self, vocab_size: int) -> None:
         """Raise if a digit or point id does not index a logit row of an LM head of ``vocab_size``."""

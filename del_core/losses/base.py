@@ -22,6 +22,8 @@ from .digit_terms import digit_entropy
 from .statistics import IGNORE_INDEX, LogitStats, VocabSlice, compute_dtype, hidden_statistics, logit_statistics
 
 Normaliser = Optional[Union[int, float, torch.Tensor]]
+# The input checks a loss can run (see NumericLoss): device-side asserts, host-side with positions, none.
+VALIDATE_MODES = ("async", "sync", "off")
 
 
 @dataclass
@@ -65,14 +67,22 @@ class Batch:
 class NumericLoss(torch.nn.Module):
     """Base of every loss. Subclasses implement :meth:`token_part` and/or :meth:`digit_part`.
 
-    ``validate`` (default True) checks label ids and the finiteness of the result; each check costs
-    one host-device synchronisation per call.
+    ``validate`` chooses the input checks (see :data:`VALIDATE_MODES`):
+
+    * ``"async"`` (default; ``True`` means the same): label ids in ``[0, V)`` or -100, and given
+      normalisers >= the counts of this batch, as device-side assertions (``torch._assert_async``):
+      no host-device synchronisation, so the loss can sit in a CUDA-graph-captured step. A failed
+      check raises ``RuntimeError`` on CPU and a device-side assert on CUDA, naming the check.
+    * ``"sync"``: the same checks plus the finiteness of the result, with errors that name the
+      position and value (``ValueError`` / ``FloatingPointError``); costs a few host syncs per
+      call. For debugging, and for CPU runs where syncs are free.
+    * ``"off"`` (or ``False``): no checks.
     """
 
     name = "base"
     needs_vocab = False
 
-    def __init__(self, vocab: Optional[DigitVocab], weight: float = 0.0, validate: bool = True):
+    def __init__(self, vocab: Optional[DigitVocab], weight: float = 0.0, validate: Union[bool, str] = "async"):
         super().__init__()
         if vocab is None and self.needs_vocab:
             raise ValueError(f"loss {self.name!r} needs a DigitVocab (its auxiliary term scores digits)")
@@ -80,7 +90,7 @@ class NumericLoss(torch.nn.Module):
             raise ValueError(f"loss {self.name!r}: vocabulary {vocab.name!r} is multi-digit")
         self.vocab = vocab
         self.weight = float(weight)
-        self.validate = validate
+        self.validate = validate_mode(validate)
 
     # --- hooks for subclasses -------------------------------------------------------------
     def token_part(self, batch: Batch, ce: torch.Tensor) -> Optional[torch.Tensor]:
@@ -133,7 +143,7 @@ class NumericLoss(torch.nn.Module):
         num_digits: Normaliser = None,
         *,
         vocab_slice: Optional[VocabSlice] = None,
-        chunk_size: int = 1024,
+        chunk_size: int = 256,
         spans: Optional[NumberSpans] = None,
     ) -> LossOutput:
         """The same loss from hidden states [..., T, H] and the LM-head weight [V or V_local, H],
@@ -172,8 +182,10 @@ class NumericLoss(torch.nn.Module):
         if labels.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"labels must be int64 token ids, got {labels.dtype}")
         labels = labels.long()
-        if self.validate:
+        if self.validate == "sync":
             _check_label_ids(labels, vocab_size)
+        elif self.validate == "async":
+            _assert_label_ids(labels, vocab_size)
         flat = labels.reshape(-1)
         batch = Batch(flat, flat != IGNORE_INDEX, dtype)
         if self.vocab is not None:
@@ -198,8 +210,8 @@ class NumericLoss(torch.nn.Module):
         n_tokens = batch.valid.sum()
         is_digit = batch.spans.is_digit if batch.spans is not None else None
         n_digits = is_digit.sum() if is_digit is not None else torch.zeros_like(n_tokens)
-        if self.validate:
-            self._check_normalisers(num_tokens, num_digits, n_tokens, n_digits)
+        if self.validate != "off":
+            _check_normalisers(num_tokens, num_digits, n_tokens, n_digits, self.validate == "sync")
         tok_norm = _normaliser(num_tokens, n_tokens, dtype)
         dig_norm = _normaliser(num_digits, n_digits, dtype)
 
@@ -213,7 +225,7 @@ class NumericLoss(torch.nn.Module):
             term = torch.where(is_digit, term, torch.zeros_like(term))
             aux = aux + self.weight * term.sum() / dig_norm
         loss = ce + aux
-        if self.validate and not bool(torch.isfinite(loss.detach())):
+        if self.validate == "sync" and not bool(torch.isfinite(loss.detach())):
             raise FloatingPointError(_describe_non_finite(self.name, source, loss))
         return LossOutput(loss=loss, ce=ce, aux=aux, metrics=self._metrics(batch, n_tokens, n_digits))
 
@@ -230,23 +242,6 @@ class NumericLoss(torch.nn.Module):
             metrics["digit_acc"] = hit.sum().float() / count
         return metrics
 
-    @staticmethod
-    def _check_normalisers(
-        num_tokens: Normaliser, num_digits: Normaliser, n_tokens: torch.Tensor, n_digits: torch.Tensor
-    ) -> None:
-        for label, given, local in (("num_tokens", num_tokens, n_tokens), ("num_digits", num_digits, n_digits)):
-            if given is None:
-                continue
-            value = float(given)
-            if not value >= 0 or value != value:
-                raise ValueError(f"{label} must be a count >= 0, got {given}")
-            local_count = int(local)
-            if value < local_count:
-                raise ValueError(
-                    f"{label}={value:g} is smaller than the {local_count} counted in this batch; it "
-                    "must be the global count over the accumulation window and all ranks"
-                )
-
 
 def _check_shapes(source: torch.Tensor, labels: torch.Tensor, what: str) -> None:
     if source.dim() < 2 or source.shape[:-1] != labels.shape:
@@ -256,9 +251,63 @@ def _check_shapes(source: torch.Tensor, labels: torch.Tensor, what: str) -> None
         )
 
 
-def _normaliser(given: Normaliser, local: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    value = local if given is None else torch.as_tensor(given, device=local.device)
-    return value.to(dtype).clamp_min(1.0)
+def validate_mode(validate: Union[bool, str, None]) -> str:
+    """The mode of ``validate``: True -> "async", False/None -> "off", else one of VALIDATE_MODES."""
+    if validate is True:
+        return "async"
+    if validate is False or validate is None:
+        return "off"
+    if validate not in VALIDATE_MODES:
+        raise ValueError(f"validate must be one of {', '.join(VALIDATE_MODES)} (or True/False), got {validate!r}")
+    return validate
+
+
+def _normaliser(given: Normaliser, local: torch.Tensor, dtype: torch.dtype) -> Union[torch.Tensor, float]:
+    """The divisor (>= 1): a Python float for a Python number (no host-to-device copy), else a tensor."""
+    if given is None:
+        return local.to(dtype).clamp_min(1.0)
+    if isinstance(given, torch.Tensor):
+        return given.to(device=local.device, dtype=dtype).clamp_min(1.0)
+    return max(float(given), 1.0)
+
+
+def _check_normalisers(
+    num_tokens: Normaliser, num_digits: Normaliser, n_tokens: torch.Tensor, n_digits: torch.Tensor, on_host: bool
+) -> None:
+    """A given normaliser must be a count >= the one of this batch (it is the global count).
+
+    Python numbers are checked on the host for sign and NaN; the comparison with the batch's
+    count (a device tensor) is a device-side assertion unless ``on_host``."""
+    for label, given, local in (("num_tokens", num_tokens, n_tokens), ("num_digits", num_digits, n_digits)):
+        if given is None:
+            continue
+        if on_host or not isinstance(given, torch.Tensor):
+            value = float(given)
+            if not value >= 0:
+                raise ValueError(f"{label} must be a count >= 0, got {given}")
+        if not on_host:
+            torch._assert_async(
+                local <= given,
+                f"{label} is smaller than the count of this batch (or negative); it must be the global "
+                "count over the accumulation window and all ranks (validate='sync' shows the values)",
+            )
+            continue
+        local_count = int(local)
+        if value < local_count:
+            raise ValueError(
+                f"{label}={value:g} is smaller than the {local_count} counted in this batch; it "
+                "must be the global count over the accumulation window and all ranks"
+            )
+
+
+def _assert_label_ids(labels: torch.Tensor, vocab_size: int) -> None:
+    """Device-side form of :func:`_check_label_ids` (no host sync; no position in the message)."""
+    bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab_size))
+    torch._assert_async(
+        ~bad.any(),
+        f"labels hold ids that are neither token ids of the logits' vocabulary [0, {vocab_size}) nor the "
+        f"ignore index {IGNORE_INDEX} (build the loss with validate='sync' for the position and value)",
+    )
 
 
 def _check_label_ids(labels: torch.Tensor, vocab_size: int) -> None:

@@ -11,16 +11,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-_DIGITS = torch.arange(10)
-
 
 def _digits_like(x: torch.Tensor) -> torch.Tensor:
-    return _DIGITS.to(device=x.device, dtype=x.dtype)
+    """0..9 made on x's device (a kernel, not a host-to-device copy)."""
+    return torch.arange(10, device=x.device, dtype=x.dtype)
 
 
 def del_term(digit_logits: torch.Tensor, target: torch.Tensor, place_value: torch.Tensor) -> torch.Tensor:
     """DEL: ``u * sum_d softmax(z)_d * BCE_with_logits(z_d, 1[d == y])`` (softmax not detached)."""
-    onehot = F.one_hot(target, 10).to(digit_logits.dtype)
+    # A comparison, not F.one_hot: one_hot checks the class range on the host (a sync on CPU tensors).
+    onehot = (target.unsqueeze(-1) == torch.arange(10, device=target.device)).to(digit_logits.dtype)
     bce = F.binary_cross_entropy_with_logits(digit_logits, onehot, reduction="none")
     q = torch.softmax(digit_logits, dim=-1)
     return place_value.to(digit_logits.dtype) * (q * bce).sum(-1)

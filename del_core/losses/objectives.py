@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +31,7 @@ class MixCELoss(NumericLoss):
 
     name = "mixce"
 
-    def __init__(self, vocab: Optional[DigitVocab], eta: float = 0.5, validate: bool = True):
+    def __init__(self, vocab: Optional[DigitVocab], eta: float = 0.5, validate: Union[bool, str] = "async"):
         super().__init__(vocab, 0.0, validate)
         if not 0.0 <= eta <= 1.0:
             raise ValueError(f"mixce: eta must lie in [0, 1], got {eta}")
@@ -47,7 +47,7 @@ class EMOLoss(NumericLoss):
 
     name = "emo"
 
-    def __init__(self, vocab: Optional[DigitVocab], cost_embedding: torch.Tensor, validate: bool = True):
+    def __init__(self, vocab: Optional[DigitVocab], cost_embedding: torch.Tensor, validate: Union[bool, str] = "async"):
         super().__init__(vocab, 0.0, validate)
         if cost_embedding is None or cost_embedding.dim() != 2:
             raise ValueError("emo: cost_embedding must be the LM-head weight, a [V, H] tensor")
@@ -71,7 +71,7 @@ class DigitAuxLoss(NumericLoss):
 
     needs_vocab = True
 
-    def __init__(self, vocab: DigitVocab, weight: float, validate: bool = True):
+    def __init__(self, vocab: DigitVocab, weight: float, validate: Union[bool, str] = "async"):
         if weight < 0:
             raise ValueError(f"{self.name}: weight must be >= 0, got {weight}")
         super().__init__(vocab, weight, validate)
@@ -112,7 +112,12 @@ class DIST2Loss(DigitAuxLoss):
     name = "dist2"
 
     def __init__(
-        self, vocab: DigitVocab, weight: float, tau: float = 1.0, place_weighted: bool = False, validate: bool = True
+        self,
+        vocab: DigitVocab,
+        weight: float,
+        tau: float = 1.0,
+        place_weighted: bool = False,
+        validate: Union[bool, str] = "async",
     ):
         super().__init__(vocab, weight, validate)
         if tau <= 0:
@@ -144,7 +149,8 @@ def build_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float] =
 
     ``weight`` is lambda (DEL, NTL, DIST2; defaults 0.128, 0.3, 0.1). Other options by loss:
     ``eta`` (mixce, 0.5), ``cost_embedding`` (emo, required), ``tau`` and ``place_weighted``
-    (dist2), ``validate`` (all, default True). ``vocab`` may be None for mle/mixce/emo (then no
+    (dist2), ``validate`` (all: ``"async"`` device-side checks, the default; ``"sync"`` checks
+    that name positions; ``"off"``; see :class:`NumericLoss`). ``vocab`` may be None for mle/mixce/emo (then no
     digit metrics are reported).
     """
     key = name.lower().replace("-", "_")

@@ -74,11 +74,22 @@ class VocabSlice:
         return self.end - self.start
 
     def digit_columns(self, digit_ids: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(local columns, digit indices 0..9) of the digit ids this slice owns; either may be empty."""
-        owned = [(i - self.start, d) for d, i in enumerate(digit_ids) if self.start <= i < self.end]
-        columns = torch.tensor([c for c, _ in owned], dtype=torch.long, device=device)
-        digits = torch.tensor([d for _, d in owned], dtype=torch.long, device=device)
-        return columns, digits
+        """(local columns, digit indices 0..9) of the digit ids this slice owns; either may be empty.
+
+        int64 tensors on ``device``, made once per (ids, slice, device) and cached: building them
+        from Python lists on every call would be two host-to-device copies per loss call."""
+        key = (tuple(int(i) for i in digit_ids), self.start, self.end, torch.device(device))
+        cached = _DIGIT_COLUMNS.get(key)
+        if cached is None:
+            owned = [(i - self.start, d) for d, i in enumerate(key[0]) if self.start <= i < self.end]
+            columns = torch.tensor([c for c, _ in owned], dtype=torch.long, device=key[3])
+            digits = torch.tensor([d for _, d in owned], dtype=torch.long, device=key[3])
+            cached = _DIGIT_COLUMNS[key] = (columns, digits)
+        return cached
+
+
+# VocabSlice.digit_columns' cache: (digit ids, start, end, device) -> (columns, digit indices).
+_DIGIT_COLUMNS: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 class LogitStats(NamedTuple):
@@ -233,15 +244,14 @@ class _FromLogits(torch.autograd.Function):
             )
             if not same:
                 grad[rows] = part
+            del part  # one fp32 chunk alive at a time
         return grad, None, None
 
 
-def _accumulate_weight_grad(grad_weight: torch.Tensor, grad_z: torch.Tensor, h: torch.Tensor) -> None:
-    """grad_weight (compute dtype) += grad_z^T @ h, the product in the weight's dtype."""
-    if grad_z.dtype == grad_weight.dtype:
-        grad_weight.addmm_(grad_z.T, h.to(grad_weight.dtype))
-    else:  # bf16/fp16 product (fp32 accumulation inside the matmul), summed in fp32
-        grad_weight.add_(grad_z.T @ h)
+def _chunk_logits(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``h @ weight.T`` [c, V_local] in the compute dtype; a bf16 product's buffer is released as
+    soon as its fp32 copy exists, so one [c, V] bf16 buffer never outlives the conversion."""
+    return (h @ weight.T).to(compute_dtype(weight.dtype))
 
 
 class _FromHidden(torch.autograd.Function):
@@ -253,17 +263,22 @@ class _FromHidden(torch.autograd.Function):
     logits are at hand; the backward scales them and adds the ten digit columns' share. That costs
     the same three [N, V, H] products as the naive path. Otherwise the backward recomputes each
     chunk's logits (a fourth product).
+
+    The weight gradient is accumulated over chunks in the weight's dtype with ``addmm_`` (each
+    chunk's product accumulates in fp32 inside the matmul; the sum over chunks is rounded to the
+    weight's dtype, as in Liger-Kernel's fused linear CE): no fp32 [V, H] buffer and no per-chunk
+    [V, H] temporary. Peak extra memory: the [V, H] gradient, the [N, H] hidden gradient, and one
+    chunk's fp32 logits plus its gradient in the weight's dtype, ``c * V * (4 + 2)`` bytes in bf16.
     """
 
     @staticmethod
     def forward(ctx, hidden, weight, setup: _Setup, chunk_size: int, eager: bool):
-        dtype = compute_dtype(weight.dtype)
         ce_grad_hidden = torch.zeros_like(hidden) if eager else None
-        ce_grad_weight = torch.zeros(weight.shape, dtype=dtype, device=weight.device) if eager else None
+        ce_grad_weight = torch.zeros_like(weight) if eager else None
         chunks = []
         for rows in _row_chunks(hidden.shape[0], chunk_size):
             h = hidden[rows]
-            *stats, softmax = _chunk_forward(h @ weight.T, setup, rows, own_z=True, want_softmax=eager)
+            *stats, softmax = _chunk_forward(_chunk_logits(h, weight), setup, rows, own_z=True, want_softmax=eager)
             chunks.append(stats)
             if eager:
                 lse = stats[0]
@@ -271,7 +286,7 @@ class _FromHidden(torch.autograd.Function):
                 del softmax
                 grad_z = grad_z.to(weight.dtype)
                 ce_grad_hidden[rows] = grad_z @ weight
-                _accumulate_weight_grad(ce_grad_weight, grad_z, h)
+                ce_grad_weight.addmm_(grad_z.T, h)
                 del grad_z
         lse, ce, digits, expected, target_embedding = _concat(chunks)
         ctx.setup, ctx.chunk_size = setup, chunk_size
@@ -291,10 +306,10 @@ class _FromHidden(torch.autograd.Function):
             ce_grads, ctx.ce_grads = ctx.ce_grads, None
             return _FromHidden._eager_backward(setup, hidden, weight, *ce_grads, g_ce, g_digits)
         grad_hidden = torch.empty_like(hidden)
-        grad_weight = torch.zeros(weight.shape, dtype=compute_dtype(weight.dtype), device=weight.device)
+        grad_weight = torch.zeros_like(weight)
         for rows in _row_chunks(hidden.shape[0], ctx.chunk_size):
             h = hidden[rows]
-            z = h @ weight.T
+            z = _chunk_logits(h, weight)
             grad_z = _chunk_grad(
                 z,
                 setup,
@@ -304,12 +319,13 @@ class _FromHidden(torch.autograd.Function):
                 None if g_ce is None else g_ce[rows],
                 None if g_digits is None else g_digits[rows],
                 None if g_expected is None else g_expected[rows],
-                out=z if z.dtype == grad_weight.dtype else None,
+                out=z,
             ).to(weight.dtype)
             del z
             grad_hidden[rows] = grad_z @ weight
-            _accumulate_weight_grad(grad_weight, grad_z, h)
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
+            grad_weight.addmm_(grad_z.T, h)
+            del grad_z
+        return grad_hidden, grad_weight, None, None, None
 
     @staticmethod
     def _eager_backward(setup, hidden, weight, ce_grad_hidden, ce_grad_weight, g_ce, g_digits):
@@ -326,7 +342,7 @@ class _FromHidden(torch.autograd.Function):
             g = g_digits[:, setup.digit_index].to(weight.dtype)  # [N, owned digits]
             grad_hidden += g @ weight[setup.columns]
             grad_weight.index_add_(0, setup.columns, (g.T @ hidden).to(grad_weight.dtype))
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None
+        return grad_hidden, grad_weight, None, None, None
 
 
 def _setup(target, digit_ids, embedding, vslice, local_vocab: int, dtype) -> _Setup:
@@ -372,13 +388,14 @@ def hidden_statistics(
     digit_ids: Optional[Sequence[int]] = None,
     embedding: Optional[torch.Tensor] = None,
     vslice: Optional[VocabSlice] = None,
-    chunk_size: int = 1024,
+    chunk_size: int = 256,
     eager_ce_grad: bool = False,
 ) -> LogitStats:
     """Statistics of the logits ``hidden @ weight.T`` computed ``chunk_size`` tokens at a time.
 
     ``hidden`` [N, H], ``weight`` [V_local, H] (the LM-head rows of ``vslice``); gradients flow to
-    both. Peak extra memory is a few ``chunk_size x V_local`` buffers instead of ``N x V``.
+    both. Peak extra memory: one chunk's fp32 logits and their gradient (``chunk_size x V_local``),
+    the [N, H] and [V_local, H] gradients in the inputs' dtype; never ``N x V`` nor an fp32 [V, H].
     ``eager_ce_grad`` promises that the caller's loss gives every valid token's ``ce`` the same
     gradient (a plain token mean/sum of CE): the CE gradients are then formed in the forward pass
     and the backward needs no second pass over the vocabulary (see :class:`_FromHidden`).

@@ -57,7 +57,7 @@ class LossConfig:
     weight: Optional[float] = None  # lambda; None = the loss's default (del 0.128)
     options: dict[str, Any] = field(default_factory=dict)  # eta (mixce), tau / place_weighted (dist2)
     path: str = "logits"  # logits, or chunked: from hidden states, never holding full fp32 logits
-    chunk_size: int = 1024  # tokens per chunk of the chunked path
+    chunk_size: int = 256  # tokens per chunk of the chunked path (one chunk: chunk x V x 6 bytes in bf16)
 
     def __post_init__(self) -> None:
         _check_choice("loss", "name", self.name, LOSS_NAMES)

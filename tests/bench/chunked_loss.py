@@ -19,6 +19,13 @@ timed calls (CUDA allocator peak, or sampled RSS on CPU; see ``bench_common.py``
 held before (hidden, weight, labels). Targets (project issue): at N = 8192, chunked CE+DEL uses
 <= 0.2x the memory of naive CE+DEL and <= 1.1x its time. The last line reads
 ``RESULT N=8192 memory_ratio=<x> time_ratio=<y>`` (chunked over naive, CE+DEL).
+
+``--memory-model`` instead checks the chunked path's peak-memory formula (:func:`predicted_peak_bytes`)
+against an exact measurement (``live_bytes.py``: the bytes of every tensor the step allocates, forward
+and backward) at reduced shapes, then prints the formula at the Qwen2.5-7B head (N = 6000,
+V = 152,064, H = 3584, bf16; the issue's target is <= 1.5 GB) for several chunk sizes::
+
+    python tests/bench/chunked_loss.py --memory-model
 """
 
 from __future__ import annotations
@@ -43,8 +50,15 @@ from bench_common import (
     synchronize,
     track_rss_precisely,
 )
+from live_bytes import peak_live_bytes
 
 from del_core import build_loss
+
+# Qwen2.5-7B's LM head and a 6,000-token micro-batch: the shape the memory target is stated at.
+SHAPE_7B = {"n": 6000, "v": 152_064, "h": 3584}
+# Per-token statistics the chunked path keeps (lse, CE, digit logits, their gradients): measured
+# as ~110 bytes per token at the reduced shapes; small next to the terms below.
+PER_TOKEN_BYTES = 112
 
 
 def make_inputs(n_tokens: int, args: argparse.Namespace):
@@ -99,18 +113,80 @@ def measure(step: Step, tensors, device, repeats: int, warmup: int) -> tuple[flo
     return statistics.median(times), max(peaks)
 
 
+def predicted_peak_bytes(n: int, v: int, h: int, chunk: int, weight_bytes: int) -> int:
+    """Peak extra memory of ``from_hidden`` + backward for a plain-CE loss (MLE, DEL, NTL, DIST2).
+
+    The weight and hidden gradients (in the inputs' dtype, alive from the forward to the backward)
+    plus the larger of one chunk's transient (fp32 logits and, below fp32, their gradient cast to
+    the weight's dtype) and the backward's [N, H] digit-term product, plus per-token statistics.
+    """
+    transient = chunk * v * (4 + (weight_bytes if weight_bytes != 4 else 0))
+    return (v * h + n * h) * weight_bytes + max(transient, n * h * weight_bytes) + n * PER_TOKEN_BYTES
+
+
+def predicted_peak_bytes_fp32_accumulator(n: int, v: int, h: int, chunk: int, weight_bytes: int) -> int:
+    """The same for the previous design (fp32 [V, H] weight-gradient accumulator plus a per-chunk
+    [V, H] product in the weight's dtype), for the before/after comparison."""
+    transient = chunk * v * (4 + weight_bytes) if weight_bytes != 4 else chunk * v * 4
+    per_chunk_product = v * h * weight_bytes if weight_bytes != 4 else 0
+    return v * h * 4 + n * h * weight_bytes + max(transient, per_chunk_product) + n * PER_TOKEN_BYTES
+
+
+def measured_peak_bytes(n: int, v: int, h: int, chunk: int, dtype: torch.dtype, loss_name: str) -> int:
+    """Exact peak bytes allocated by one chunked forward + backward (after one warm-up call)."""
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(n, h, generator=g, dtype=dtype).requires_grad_(True)
+    weight = (0.02 * torch.randn(v, h, generator=g, dtype=dtype)).requires_grad_(True)
+    labels = make_labels(n, v, QWEN2_VOCAB, random.Random(0)).view(-1)
+    loss = build_loss(loss_name, QWEN2_VOCAB)
+
+    def step() -> None:
+        loss.from_hidden(hidden, weight, labels, chunk_size=chunk).loss.backward()
+
+    step()
+    hidden.grad = weight.grad = None
+    return peak_live_bytes(step, (hidden, weight))
+
+
+def memory_model_report() -> None:
+    """The formula against exact measurements at reduced shapes, then at the 7B shape."""
+    print("| dtype | N | V | H | chunk | loss | measured MB | predicted MB | measured / predicted |")
+    print("|:---|---:|---:|---:|---:|:---|---:|---:|---:|")
+    for dtype in (torch.bfloat16, torch.float32):
+        for n, v, h, chunk in ((1024, 16384, 256, 128), (2048, 16384, 512, 256), (1024, 32768, 128, 64)):
+            for name in ("del", "mle"):
+                measured = measured_peak_bytes(n, v, h, chunk, dtype, name)
+                predicted = predicted_peak_bytes(n, v, h, chunk, dtype.itemsize)
+                print(
+                    f"| {str(dtype).removeprefix('torch.')} | {n} | {v} | {h} | {chunk} | {name} | "
+                    f"{measured / 1e6:.2f} | {predicted / 1e6:.2f} | {measured / predicted:.3f} |"
+                )
+    print()
+    print("Predicted at the Qwen2.5-7B head (N = 6000, V = 152,064, H = 3584, bf16):")
+    print()
+    print("| chunk | this design GB | fp32-accumulator design GB |")
+    print("|---:|---:|---:|")
+    for chunk in (128, 256, 512, 1024):
+        now = predicted_peak_bytes(**SHAPE_7B, chunk=chunk, weight_bytes=2)
+        before = predicted_peak_bytes_fp32_accumulator(**SHAPE_7B, chunk=chunk, weight_bytes=2)
+        print(f"| {chunk} | {now / 1e9:.3f} | {before / 1e9:.3f} |")
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cuda = torch.cuda.is_available()
     parser.add_argument("--tokens", type=int_list, default=[2048, 4096, 8192, 16384] if cuda else [2048, 4096, 8192])
     parser.add_argument("--vocab", type=int, default=151_936)
     parser.add_argument("--hidden", type=int, default=1536)
-    parser.add_argument("--chunk-size", type=int, default=1024)
+    parser.add_argument("--chunk-size", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=5 if cuda else 1)
     parser.add_argument("--warmup", type=int, default=2 if cuda else 0)
     parser.add_argument("--device", default="cuda" if cuda else "cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16" if cuda else "float32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--memory-model", action="store_true", help="check the peak-memory formula, print it at the 7B shape"
+    )
     args = parser.parse_args(argv)
     args.device = torch.device(args.device)
     args.dtype = getattr(torch, args.dtype)
@@ -119,6 +195,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
 
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
+    if args.memory_model:
+        memory_model_report()
+        return
     if args.device.type == "cpu":
         track_rss_precisely()
     print(

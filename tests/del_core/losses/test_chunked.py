@@ -105,3 +105,20 @@ def test_eager_and_recomputing_backward_agree():
         grads.append((h.grad, w.grad))
     torch.testing.assert_close(grads[0][0], grads[1][0], rtol=1e-10, atol=1e-13)
     torch.testing.assert_close(grads[0][1], grads[1][1], rtol=1e-10, atol=1e-13)
+
+
+def test_chunked_peak_memory_follows_the_formula_without_fp32_weight_buffers():
+    """Exact allocated bytes of a bf16 forward + backward: the [V, H] and [N, H] gradients in bf16
+    plus one chunk's fp32 logits and bf16 gradient; no fp32 [V, H] accumulator, no per-chunk
+    [V, H] product (the design before cost 2 V H bytes more, plus a [V, H] bf16 temporary)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from chunked_loss import measured_peak_bytes, predicted_peak_bytes, predicted_peak_bytes_fp32_accumulator
+
+    n, v, h, chunk = 512, 8192, 256, 64
+    measured = measured_peak_bytes(n, v, h, chunk, torch.bfloat16, "del")
+    predicted = predicted_peak_bytes(n, v, h, chunk, 2)
+    assert abs(measured / predicted - 1) < 0.01, (measured, predicted)
+    assert measured < predicted_peak_bytes_fp32_accumulator(n, v, h, chunk, 2) - 2 * v * h

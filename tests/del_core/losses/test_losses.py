@@ -278,23 +278,33 @@ def test_nan_logits_raise_with_position():
     logits, labels = make_batch()
     logits[1, 2, 5] = float("nan")
     with pytest.raises(FloatingPointError, match=r"first at position \(6,\)|position"):
-        build("del")(logits, labels)
+        build("del", validate="sync")(logits, labels)
 
 
 def test_inf_at_target_raises():
     logits, labels = make_batch()
     logits[0, 0, OTHER] = -math.inf
     with pytest.raises(FloatingPointError, match="NaN/inf"):
-        build("mle")(logits, labels)
+        build("mle", validate="sync")(logits, labels)
 
 
 def test_label_outside_vocab_names_position_and_value():
     logits, labels = make_batch()
     labels[1, 3] = V + 7
     with pytest.raises(ValueError, match=rf"label {V + 7} at position \(1, 3\)"):
-        build("mle")(logits, labels)
+        build("mle", validate="sync")(logits, labels)
     labels[1, 3] = -5
     with pytest.raises(ValueError, match=r"label -5 at position \(1, 3\)"):
+        build("del", validate="sync")(logits, labels)
+
+
+@pytest.mark.parametrize("bad", [V, V + 7, -5])
+def test_label_outside_vocab_fails_the_device_side_check(bad):
+    """The default check is a device-side assertion: on CPU a RuntimeError naming the check."""
+    logits, labels = make_batch()
+    build("del")(logits, labels)  # the same batch with valid labels passes
+    labels[1, 3] = bad
+    with pytest.raises(RuntimeError, match=rf"neither token ids of the logits' vocabulary \[0, {V}\)"):
         build("del")(logits, labels)
 
 
@@ -317,16 +327,30 @@ def test_digit_ids_must_fit_the_logits():
 def test_global_normaliser_smaller_than_local_count_is_an_error():
     logits, labels = make_batch()
     with pytest.raises(ValueError, match="num_digits=3 is smaller than the 11"):
-        build("del")(logits, labels, num_tokens=100, num_digits=3)
-    with pytest.raises(ValueError, match="num_tokens"):
-        build("del")(logits, labels, num_tokens=-1)
+        build("del", validate="sync")(logits, labels, num_tokens=100, num_digits=3)
+    for mode in ("sync", "async"):
+        with pytest.raises(ValueError, match="num_tokens must be a count >= 0"):
+            build("del", validate=mode)(logits, labels, num_tokens=-1)
+    # the default (device-side) check, with Python and tensor normalisers
+    build("del")(logits, labels, num_tokens=100, num_digits=11)  # exactly the local count passes
+    for small in (3, torch.tensor(3), torch.tensor(-1.0), torch.tensor(float("nan"))):
+        with pytest.raises(RuntimeError, match="num_digits is smaller than the count of this batch"):
+            build("del")(logits, labels, num_tokens=100, num_digits=small)
+
+
+def test_validate_modes():
+    assert build("del").validate == "async" and build("del", validate=True).validate == "async"
+    assert build("del", validate=False).validate == "off"
+    with pytest.raises(ValueError, match="validate must be one of async, sync, off"):
+        build("del", validate="strict")
 
 
 def test_validate_off_gives_same_values():
     logits, labels = make_batch()
     on = build("del")(logits, labels)
     off = build("del", validate=False)(logits, labels)
-    assert on.loss.item() == off.loss.item()
+    on_host = build("del", validate="sync")(logits, labels)
+    assert on.loss.item() == off.loss.item() == on_host.loss.item()
 
 
 def test_build_loss_errors():
