@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -151,26 +151,45 @@ class TokenBatch:
         spans = number_spans(self.targets, vocab) if vocab is not None else None
         return dataclasses.replace(self, spans=spans)
 
-    def to(self, device: torch.device | str) -> TokenBatch:
-        spans = NumberSpans(*(t.to(device) for t in self.spans)) if self.spans is not None else None
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> TokenBatch:
+        """This batch on ``device`` (a new batch; this one is unchanged). With ``non_blocking`` a
+        host-to-device copy is only queued on the current stream and the host goes on; that
+        holds for page-locked memory only (:meth:`pin_memory`): from pageable memory it blocks."""
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> TokenBatch:
+        """A copy of this host batch in page-locked memory, the source of an asynchronous
+        ``to(device, non_blocking=True)``. Needs an accelerator (and is pointless without one)."""
+        return self._map(torch.Tensor.pin_memory)
+
+    def _map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> TokenBatch:
+        spans = NumberSpans(*(move(t) for t in self.spans)) if self.spans is not None else None
         return TokenBatch(
-            self.input_ids.to(device),
-            self.targets.to(device),
-            self.attention_mask.to(device),
-            self.position_ids.to(device),
-            spans,
+            move(self.input_ids), move(self.targets), move(self.attention_mask), move(self.position_ids), spans
         )
 
-    def num_targets(self) -> int:
-        """Non-ignored target tokens (a host value when the batch is on the CPU)."""
-        return int((self.targets != IGNORE_INDEX).sum())
+    def counts(self) -> torch.Tensor:
+        """``[target tokens, digit targets, attended tokens]`` as one int64 tensor on the batch's
+        device, not read back (digit targets are 0 without spans)."""
+        targets = (self.targets != IGNORE_INDEX).sum()
+        digits = self.spans.is_digit.sum() if self.spans is not None else torch.zeros_like(targets)
+        return torch.stack([targets, digits.to(targets.dtype), self.attention_mask.sum().to(targets.dtype)])
 
-    def num_digits(self) -> int:
-        """Digit targets (0 without spans)."""
-        return int(self.spans.is_digit.sum()) if self.spans is not None else 0
 
-    def num_attended(self) -> int:
-        return int(self.attention_mask.sum())
+def check_target_ids(batches: Sequence[TokenBatch], vocab_size: int) -> None:
+    """Every target of ``batches`` (host copies) is IGNORE_INDEX or a token id in ``[0, vocab_size)``;
+    otherwise ``ValueError`` naming the micro-batch, row, position and id of the first bad one.
+    One read of host memory for all the batches, none of the device."""
+    bad = [(b.targets != IGNORE_INDEX) & ((b.targets < 0) | (b.targets >= vocab_size)) for b in batches]
+    if not bad or not bool(torch.stack([mask.any() for mask in bad]).any()):
+        return
+    index = next(i for i, mask in enumerate(bad) if mask.any())
+    row, position = (int(v) for v in bad[index].nonzero()[0])
+    raise ValueError(
+        f"micro-batch {index}, row {row}, position {position}: target id {int(batches[index].targets[row, position])} "
+        f"is neither a token id of the model's output vocabulary [0, {vocab_size}) nor the ignore index "
+        f"{IGNORE_INDEX} (is the tokenizer larger than the model's vocabulary?)"
+    )
 
 
 def collate(items: Sequence[Example | Packed], pad_id: int) -> TokenBatch:

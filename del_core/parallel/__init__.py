@@ -17,8 +17,9 @@ from .dims import (
     destroy,
     gather_vocab_shards,
     local_main_first,
-    max_over_world,
+    max_over,
     sum_named,
+    sum_over,
 )
 from .lm_head import VocabParallelLMHead, vocab_slice_for
 from .rendezvous import free_port
@@ -37,8 +38,9 @@ __all__ = [
     "free_port",
     "gather_vocab_shards",
     "local_main_first",
-    "max_over_world",
+    "max_over",
     "sum_named",
+    "sum_over",
     "vocab_range",
     "vocab_slice_for",
 ]

@@ -71,10 +71,23 @@ def sum_named(values: Mapping[str, torch.Tensor | float], device: torch.device, 
     return dict(zip(names, packed.tolist()))
 
 
-def max_over_world(value: float, device: torch.device) -> float:
-    tensor = torch.tensor([value], dtype=torch.float64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return tensor.item()
+def sum_over(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """``tensor`` summed in place over ``group`` (None: the world) and returned, left on its
+    device: no host sync. No collective with one rank (or no process group)."""
+    if _several_ranks(group):
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+    return tensor
+
+
+def max_over(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """``tensor`` max-reduced in place over ``group`` (None: the world), as :func:`sum_over`."""
+    if _several_ranks(group):
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+    return tensor
+
+
+def _several_ranks(group: Any) -> bool:
+    return dist.is_initialized() and dist.get_world_size(group) > 1
 
 
 def barrier() -> None:

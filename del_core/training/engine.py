@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 
@@ -125,9 +125,10 @@ def full_state_dict(engine: Any, objective: torch.nn.Module, gather: bool, is_ma
     return objective.state_dict() if is_main else None
 
 
-def grad_norm(engine: Any) -> Optional[float]:
-    value = engine.get_global_grad_norm()
-    return float(value) if value is not None else None
+def grad_norm(engine: Any) -> Union[torch.Tensor, float, None]:
+    """The last step's global gradient norm as DeepSpeed keeps it, not read: a tensor (ZeRO-2/3,
+    usually on the device), a float (inf after an overflow) or None (not computed)."""
+    return engine.get_global_grad_norm()
 
 
 def zero_stage(engine: Any) -> int:

@@ -8,12 +8,16 @@
 Per optimizer step each data-parallel rank runs its accumulation micro-batches; every micro-batch
 loss is divided by the token and digit counts of the whole global batch (summed over micro-batches
 and data-parallel ranks first), so the update does not depend on how the global batch is split.
+The loop reads the device once per optimizer step: the step's record and the stop decision come
+from one read after the step (:func:`del_core.training.step_metrics.read_step`); batches move from
+page-locked memory without blocking the host.
 The batches of step s are a function of (seed, s) alone (:class:`StepPlan`), so a resumed run
 replays exactly the batches of an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import time
@@ -27,9 +31,9 @@ import torch
 from del_core import DigitVocab, MultiDigitVocabularyError, NumberSpans, build_loss
 from del_core.config import ConfigError, config_to_dict, config_to_yaml
 from del_core.data.splits import TrainingData, prepare_training_data
-from del_core.data.tokenized import TokenBatch, collate
+from del_core.data.tokenized import TokenBatch, check_target_ids, collate
 from del_core.models import attention_implementation, drop_tied_copies, load_model, resolve_model, save_hf
-from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, max_over_world, sum_named
+from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
 from del_core.training import checkpoints
 from del_core.training import engine as ds
@@ -42,7 +46,7 @@ from del_core.training.records import FinalRecord, TrainRecord
 from del_core.training.reporting import Reporter, SilentReporter
 from del_core.training.run_status import StopRequest, write_status
 from del_core.training.schedule import StepPlan
-from del_core.training.step_metrics import StepSums, train_record
+from del_core.training.step_metrics import StepSums, read_step, step_counts, train_record
 from del_core.training.summary import print_summary
 
 
@@ -71,6 +75,13 @@ class Runtime:
         if self.on_gpu:
             return torch.cuda.max_memory_allocated() / 1e9
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
+
+
+def output_vocab_size(model: Any) -> int:
+    """The logit columns of a causal LM: its LM head's ``out_features`` (the module's full size,
+    also while ZeRO-3 partitions the weight), else the text config's ``vocab_size``."""
+    size = getattr(model.get_output_embeddings(), "out_features", None)
+    return int(size if size is not None else model.config.get_text_config().vocab_size)
 
 
 def training_data(config: TrainConfig, tokenizer: Any, log: Callable[[str], None]) -> TrainingData:
@@ -104,6 +115,7 @@ class Trainer:
     plan: StepPlan
     total_steps: int
     objective: CausalLMObjective
+    output_vocab_size: int  # logit columns of the model: a target id must be below it
     engine: Any
     scheduler: Any
     identity: RunIdentity
@@ -114,6 +126,7 @@ class Trainer:
     before: Optional[HeldOutResult]
     after: Optional[HeldOutResult]
     last: Optional[TrainRecord]
+    stop_agreed: bool  # the ranks' agreed answer, read with the last step's metrics: was a stop requested?
 
     def __init__(self, config: TrainConfig):
         self.config = config
@@ -121,6 +134,7 @@ class Trainer:
         self.reporter = SilentReporter()
         self.before = self.after = self.last = None
         self.step = 0
+        self.stop_agreed = False
         self._model_source = ""
         self._tokenizer_source = ""
         self._partitioning = None  # transformers' HfDeepSpeedConfig, alive while the model is built
@@ -207,6 +221,7 @@ class Trainer:
         )
         if self.dims.tp > 1:
             check_head_counts(model.config, self.dims.tp)
+        self.output_vocab_size = output_vocab_size(model)
         self._loss_options = dict(loss_cfg.options)
         if loss_cfg.name == "emo":  # EMO's frozen cost embedding: a copy of the LM head at the start
             weight = model.get_output_embeddings().weight
@@ -316,54 +331,64 @@ class Trainer:
             os._exit(17)
 
     def _micro_batches(self) -> list[TokenBatch]:
-        """This rank's micro-batches of the next step, with their number spans, still on the CPU."""
+        """This rank's micro-batches of the next step, with their number spans and checked target
+        ids (:func:`check_target_ids`), still on the CPU."""
         items = self.data.items
-        return [
+        batches = [
             collate([items[i] for i in micro], self.pad_id).with_spans(self.vocab)
             for micro in self.plan.micro_batches(self.step, self.dims.dp_rank)
         ]
+        check_target_ids(batches, self.output_vocab_size)
+        return batches
+
+    def _on_device(self, batch: TokenBatch) -> TokenBatch:
+        """A host micro-batch on the run's device; on an accelerator from page-locked memory with a
+        non-blocking copy, so the host goes on queueing work."""
+        if not self.runtime.on_gpu:
+            return batch.to(self.runtime.device)
+        return batch.pin_memory().to(self.runtime.device, non_blocking=True)
 
     def train_step(self) -> TrainRecord:
-        """One optimizer step over the global batch; its record is logged and returned."""
+        """One optimizer step over the global batch; its record is logged and returned.
+
+        The loop reads the device once, after the step (:func:`read_step`): the metrics, the
+        counts, the grad norm, the peak memory and the stop flag (:attr:`stop_agreed`) together.
+        """
         started = time.time()
         batches = self._micro_batches()
-        # The global normalisers, counted on the CPU copies (no device sync) and summed over data
-        # parallel only: the ranks of a tensor-parallel group hold the same batch.
-        local = {"tokens": sum(b.num_targets() for b in batches), "digits": sum(b.num_digits() for b in batches)}
-        counts = sum_named(local, self.runtime.device, self.dims.dp_group)
-        num_tokens = torch.tensor(counts["tokens"], device=self.runtime.device)
-        num_digits = torch.tensor(counts["digits"], device=self.runtime.device)
+        # The global normalisers: counted on the host copies, summed over data parallel on the
+        # device, read with the metrics at the end.
+        counts = step_counts(batches, self.runtime.device, self.dims.dp_group)
         lr = self.scheduler.get_last_lr()[0] if self.scheduler is not None else self.config.optimizer.lr
         sums = StepSums(self.runtime.device)
         for cpu_batch in batches:
-            batch = cpu_batch.to(self.runtime.device)
+            batch = self._on_device(cpu_batch)
             out = self.engine(
                 input_ids=batch.input_ids,
                 targets=batch.targets,
                 attention_mask=None if self.config.data.packing else batch.attention_mask,
                 position_ids=batch.position_ids,
-                num_tokens=num_tokens,
-                num_digits=num_digits,
+                num_tokens=counts[0],
+                num_digits=counts[1],
                 spans=self._spans_input(batch),
             )
             # Each micro-batch loss is already divided by the global counts: the gradient wanted is
             # the plain sum over micro-batches and data-parallel ranks, which DeepSpeed averages over.
             self.engine.backward(out["loss"] * self.dims.dp, scale_wrt_gas=False)
             self.engine.step()
-            sums.add(out, cpu_batch.num_attended())
+            sums.add(out)
         self.step += 1
-        reduced = sums.reduce(self.dims.dp_group)
-        record = train_record(
-            self.step,
-            reduced,
-            counts["tokens"],
-            counts["digits"],
-            lr,
+        readout = read_step(
+            sums,
+            counts,
             ds.grad_norm(self.engine),
-            time.time() - started,
-            max_over_world(self.runtime.peak_memory_gb(), self.runtime.device),
+            self.runtime.peak_memory_gb(),
+            self.stop.requested,
+            self.dims.dp_group,
         )
-        if not torch.isfinite(torch.tensor(record.loss)):
+        self.stop_agreed = readout.stop_requested
+        record = train_record(self.step, readout, lr, time.time() - started)
+        if not math.isfinite(record.loss):
             raise FloatingPointError(
                 f"step {self.step}: the loss is {record.loss}; stopping before the weights are saved"
             )
@@ -379,10 +404,11 @@ class Trainer:
         return batch.spans if self.dims.tp == 1 else None
 
     def maybe_checkpoint(self) -> bool:
-        """Checkpoint every ``run.save_every`` steps, and when a stop signal arrived (then mark the
-        run stopped and return True: the caller returns without finishing)."""
+        """Checkpoint every ``run.save_every`` steps, and when a stop signal arrived on any rank by
+        the last step's read (:attr:`stop_agreed`: every rank decides alike without another
+        collective; then mark the run stopped and return True: the caller returns without finishing)."""
         run = self.config.run
-        stop_now = max_over_world(float(self.stop.requested), self.runtime.device) > 0 and self.step < self.total_steps
+        stop_now = self.stop_agreed and self.step < self.total_steps
         if (run.save_every and self.step % run.save_every == 0) or stop_now:
             self.save_checkpoint()
         if stop_now:

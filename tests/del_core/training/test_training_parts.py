@@ -9,13 +9,15 @@ import math
 import pytest
 import torch
 
+from del_core import DigitVocab
 from del_core.config import ConfigError
+from del_core.data.tokenized import TokenBatch, check_target_ids
 from del_core.training import checkpoints
 from del_core.training.config import load_train_config
 from del_core.training.deepspeed_config import build_ds_config
 from del_core.training.records import EvalRecord, FinalRecord, TrainRecord, read_metrics, record_to_json
 from del_core.training.schedule import StepPlan, warmup_cosine
-from del_core.training.step_metrics import StepSums, train_record
+from del_core.training.step_metrics import StepReadout, StepSums, read_step, step_counts, train_record
 
 
 # --- batch plan and schedule ----------------------------------------------------------------
@@ -102,7 +104,7 @@ def test_only_complete_checkpoints_count(tmp_path):
 def test_step_sums_weight_digit_metrics_by_digit_counts():
     sums = StepSums(torch.device("cpu"))
     # two micro-batches: 3 digits at entropy 1.0 / accuracy 1/3, 1 digit at entropy 2.0 / accuracy 1
-    for loss, digits, entropy, acc, attended in ((0.5, 3, 1.0, 1 / 3, 10), (0.25, 1, 2.0, 1.0, 6)):
+    for loss, digits, entropy, acc in ((0.5, 3, 1.0, 1 / 3), (0.25, 1, 2.0, 1.0)):
         out = {
             "loss": torch.tensor(loss),
             "ce": torch.tensor(loss / 2),
@@ -112,16 +114,39 @@ def test_step_sums_weight_digit_metrics_by_digit_counts():
             "digit_entropy": torch.tensor(entropy),
             "digit_acc": torch.tensor(acc),
         }
-        sums.add(out, attended)
-    values = {k: float(v) for k, v in sums.values.items()}
-    values["attended_tokens"] = float(sums.attended_tokens)
-    record = train_record(7, values, n_tokens=18, n_digits=4, lr=1e-5, grad_norm=None, step_time_s=2.0, peak_mem_gb=1.5)
+        sums.add(out)
+    counts = torch.tensor([18.0, 4.0, 16.0], dtype=torch.float64)  # tokens, digits, attended tokens
+    readout = read_step(sums, counts, torch.tensor(3.0), peak_mem_gb=1.5, stop_requested=True, dp_group=None)
+    assert readout.grad_norm == 3.0 and readout.peak_mem_gb == 1.5 and readout.stop_requested
+    record = train_record(7, readout, lr=1e-5, step_time_s=2.0)
     assert (record.loss, record.ce, record.aux) == (0.75, 0.375, 0.375)
     assert record.digit_entropy == pytest.approx((3 * 1.0 + 1 * 2.0) / 4)
     assert record.digit_acc == pytest.approx((3 * (1 / 3) + 1) / 4)
+    assert (record.n_tokens, record.n_digits) == (18, 4)
     assert record.tokens_per_s == 8.0 and record.step == 7
-    empty = train_record(1, {**values, "digits": 0.0}, 18, 0, 1e-5, None, 1.0, 0.0)
-    assert empty.digit_entropy is None and empty.digit_acc is None
+    no_digits = StepReadout({**readout.sums, "digits": 0.0}, None, 0.0, False)
+    empty = train_record(1, no_digits, 1e-5, 1.0)
+    assert empty.digit_entropy is None and empty.digit_acc is None and empty.grad_norm is None
+
+
+def test_step_counts_are_counted_on_the_host_copies():
+    targets = torch.tensor([[-100, 15, 16, 7], [-100, -100, 13, -100]])
+    batch = TokenBatch(
+        targets.clamp_min(0), targets, torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]), torch.zeros_like(targets)
+    )
+    batch = batch.with_spans(DigitVocab(tuple(range(15, 25)), 13))
+    counts = step_counts([batch, batch], torch.device("cpu"), dp_group=None)
+    assert counts.tolist() == [8.0, 4.0, 14.0]  # 4 targets, digits "0" "1" (the point is no digit), 7 attended
+
+
+def test_target_ids_outside_the_vocabulary_are_named():
+    ok = TokenBatch(*(torch.zeros(1, 3, dtype=torch.long) for _ in range(4)))
+    bad = torch.tensor([[-100, 3, 5], [4, -100, -7]])
+    check_target_ids([ok], vocab_size=5)
+    with pytest.raises(ValueError, match=r"micro-batch 1, row 0, position 2: target id 5 .*\[0, 5\)"):
+        check_target_ids([ok, TokenBatch(bad, bad, bad, bad)], vocab_size=5)
+    with pytest.raises(ValueError, match="micro-batch 0, row 1, position 2: target id -7"):
+        check_target_ids([TokenBatch(bad, bad, bad, bad)], vocab_size=6)
 
 
 def test_metrics_records_round_trip_through_jsonl(tmp_path):
