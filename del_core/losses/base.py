@@ -145,12 +145,14 @@ class NumericLoss(torch.nn.Module):
         vocab_slice: Optional[VocabSlice] = None,
         chunk_size: int = 256,
         spans: Optional[NumberSpans] = None,
+        num_chunks: Optional[int] = None,
     ) -> LossOutput:
         """The same loss from hidden states [..., T, H] and the LM-head weight [V or V_local, H],
         ``chunk_size`` tokens at a time: the [N, V] logits are never held whole. Gradients flow to
         ``hidden`` and ``weight``. Under tensor parallelism pass ``head.gather_input(hidden)`` and
         the head's rows (:class:`del_core.parallel.VocabParallelLMHead`), so that the hidden
-        gradient is summed over the group."""
+        gradient is summed over the group. Under torch.compile with varying lengths pass
+        ``num_chunks`` instead of relying on ``chunk_size`` (see :func:`hidden_statistics`)."""
         if not torch.is_floating_point(hidden):
             raise TypeError(f"hidden states must be floating point, got {hidden.dtype}")
         _check_shapes(hidden, labels, "hidden")
@@ -165,6 +167,7 @@ class NumericLoss(torch.nn.Module):
             vocab_slice,
             chunk_size,
             eager_ce_grad=self._plain_ce(),
+            num_chunks=num_chunks,
         )
         return self._compose(batch, num_tokens, num_digits, hidden)
 

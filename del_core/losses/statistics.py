@@ -52,6 +52,9 @@ class LocalReducer:
         return tensor
 
 
+_LOCAL_REDUCER = LocalReducer()
+
+
 @dataclass(frozen=True)
 class VocabSlice:
     """This process's contiguous vocabulary columns ``[start, end)`` of ``vocab_size``.
@@ -67,7 +70,8 @@ class VocabSlice:
 
     @classmethod
     def full(cls, vocab_size: int) -> VocabSlice:
-        return cls(0, vocab_size, vocab_size)
+        # The shared reducer, not a new one: torch.compile cannot trace the default_factory call.
+        return cls(0, vocab_size, vocab_size, _LOCAL_REDUCER)
 
     @property
     def size(self) -> int:
@@ -198,10 +202,17 @@ def _chunk_grad(z, s: _Setup, rows: slice, lse, expected, g_ce, g_digits, g_expe
     return grad
 
 
-def _row_chunks(n_rows: int, chunk_size: int) -> list[slice]:
-    """Row ranges of ``chunk_size``; one empty range for no rows (outputs keep their shapes)."""
+def _row_chunks(n_rows: int, chunk_size: int, num_chunks: Optional[int] = None) -> list[slice]:
+    """Row ranges of ``chunk_size``; one empty range for no rows (outputs keep their shapes).
+
+    With ``num_chunks`` (``n_rows`` a multiple of it): exactly that many equal ranges. Their count
+    does not depend on ``n_rows``, so torch.compile traces the loop once for every length (a loop
+    over ``range(0, n_rows, chunk_size)`` specialises the graph on ``n_rows``)."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if num_chunks is not None:
+        size = n_rows // num_chunks
+        return [slice(i * size, (i + 1) * size) for i in range(num_chunks)]
     return [slice(i, i + chunk_size) for i in range(0, n_rows, chunk_size)] or [slice(0, 0)]
 
 
@@ -216,10 +227,13 @@ class _FromLogits(torch.autograd.Function):
     gradient in the logits' dtype."""
 
     @staticmethod
-    def forward(ctx, logits, setup: _Setup, chunk_size: int):
-        chunks = [_chunk_forward(logits[rows], setup, rows)[:5] for rows in _row_chunks(logits.shape[0], chunk_size)]
+    def forward(ctx, logits, setup: _Setup, chunk_size: int, num_chunks: Optional[int]):
+        chunks = [
+            _chunk_forward(logits[rows], setup, rows)[:5]
+            for rows in _row_chunks(logits.shape[0], chunk_size, num_chunks)
+        ]
         lse, ce, digits, expected, target_embedding = _concat(chunks)
-        ctx.setup, ctx.chunk_size = setup, chunk_size
+        ctx.setup, ctx.chunk_size, ctx.num_chunks = setup, chunk_size, num_chunks
         ctx.save_for_backward(logits, lse, expected if expected is not None else lse)
         if target_embedding is not None:
             ctx.mark_non_differentiable(target_embedding)
@@ -230,7 +244,7 @@ class _FromLogits(torch.autograd.Function):
         logits, lse, expected = ctx.saved_tensors
         same = compute_dtype(logits.dtype) == logits.dtype
         grad = torch.empty_like(logits)
-        for rows in _row_chunks(logits.shape[0], ctx.chunk_size):
+        for rows in _row_chunks(logits.shape[0], ctx.chunk_size, ctx.num_chunks):
             part = _chunk_grad(
                 logits[rows],
                 ctx.setup,
@@ -245,7 +259,7 @@ class _FromLogits(torch.autograd.Function):
             if not same:
                 grad[rows] = part
             del part  # one fp32 chunk alive at a time
-        return grad, None, None
+        return grad, None, None, None
 
 
 def _chunk_logits(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -272,11 +286,11 @@ class _FromHidden(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, setup: _Setup, chunk_size: int, eager: bool):
+    def forward(ctx, hidden, weight, setup: _Setup, chunk_size: int, num_chunks: Optional[int], eager: bool):
         ce_grad_hidden = torch.zeros_like(hidden) if eager else None
         ce_grad_weight = torch.zeros_like(weight) if eager else None
         chunks = []
-        for rows in _row_chunks(hidden.shape[0], chunk_size):
+        for rows in _row_chunks(hidden.shape[0], chunk_size, num_chunks):
             h = hidden[rows]
             *stats, softmax = _chunk_forward(_chunk_logits(h, weight), setup, rows, own_z=True, want_softmax=eager)
             chunks.append(stats)
@@ -289,7 +303,7 @@ class _FromHidden(torch.autograd.Function):
                 ce_grad_weight.addmm_(grad_z.T, h)
                 del grad_z
         lse, ce, digits, expected, target_embedding = _concat(chunks)
-        ctx.setup, ctx.chunk_size = setup, chunk_size
+        ctx.setup, ctx.chunk_size, ctx.num_chunks = setup, chunk_size, num_chunks
         # Intermediate buffers, consumed (scaled in place and handed out) by the first backward;
         # a second backward through the same graph (retain_graph) recomputes instead.
         ctx.ce_grads = (ce_grad_hidden, ce_grad_weight) if eager else None
@@ -307,7 +321,7 @@ class _FromHidden(torch.autograd.Function):
             return _FromHidden._eager_backward(setup, hidden, weight, *ce_grads, g_ce, g_digits)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight)
-        for rows in _row_chunks(hidden.shape[0], ctx.chunk_size):
+        for rows in _row_chunks(hidden.shape[0], ctx.chunk_size, ctx.num_chunks):
             h = hidden[rows]
             z = _chunk_logits(h, weight)
             grad_z = _chunk_grad(
@@ -325,7 +339,7 @@ class _FromHidden(torch.autograd.Function):
             grad_hidden[rows] = grad_z @ weight
             grad_weight.addmm_(grad_z.T, h)
             del grad_z
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
     @staticmethod
     def _eager_backward(setup, hidden, weight, ce_grad_hidden, ce_grad_weight, g_ce, g_digits):
@@ -342,7 +356,7 @@ class _FromHidden(torch.autograd.Function):
             g = g_digits[:, setup.digit_index].to(weight.dtype)  # [N, owned digits]
             grad_hidden += g @ weight[setup.columns]
             grad_weight.index_add_(0, setup.columns, (g.T @ hidden).to(grad_weight.dtype))
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None
 
 
 def _setup(target, digit_ids, embedding, vslice, local_vocab: int, dtype) -> _Setup:
@@ -378,7 +392,10 @@ def logit_statistics(
     """
     vslice = vslice or VocabSlice.full(logits.shape[-1])
     setup = _setup(target, digit_ids, embedding, vslice, logits.shape[-1], compute_dtype(logits.dtype))
-    return LogitStats(*_FromLogits.apply(logits, setup, chunk_size))
+    # Compiled, one chunk: the row loop would specialise the graph on N, and inductor fuses the
+    # fp32 upcast into its kernels, so the temporaries the chunks bound are not materialised.
+    num_chunks = 1 if torch.compiler.is_compiling() else None
+    return LogitStats(*_FromLogits.apply(logits, setup, chunk_size, num_chunks))
 
 
 def hidden_statistics(
@@ -390,6 +407,7 @@ def hidden_statistics(
     vslice: Optional[VocabSlice] = None,
     chunk_size: int = 256,
     eager_ce_grad: bool = False,
+    num_chunks: Optional[int] = None,
 ) -> LogitStats:
     """Statistics of the logits ``hidden @ weight.T`` computed ``chunk_size`` tokens at a time.
 
@@ -399,10 +417,20 @@ def hidden_statistics(
     ``eager_ce_grad`` promises that the caller's loss gives every valid token's ``ce`` the same
     gradient (a plain token mean/sum of CE): the CE gradients are then formed in the forward pass
     and the backward needs no second pass over the vocabulary (see :class:`_FromHidden`).
+    ``num_chunks`` (for torch.compile over varying lengths) replaces ``chunk_size``: exactly that
+    many chunks of ``ceil(N / num_chunks)`` tokens (the rows padded with ignored tokens), so one
+    graph serves every N; size it for the longest batch, ``ceil(N_max / chunk_size)``.
     """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
         raise ValueError(f"hidden [N, H] and weight [V, H] do not fit: {tuple(hidden.shape)}, {tuple(weight.shape)}")
     vslice = vslice or VocabSlice.full(weight.shape[0])
+    n_rows = hidden.shape[0]
+    if num_chunks is not None:
+        if num_chunks < 1:
+            raise ValueError(f"num_chunks must be >= 1, got {num_chunks}")
+        pad = -n_rows % num_chunks
+        hidden = torch.nn.functional.pad(hidden, (0, 0, 0, pad))
+        target = torch.nn.functional.pad(target, (0, pad), value=IGNORE_INDEX)
     setup = _setup(target, digit_ids, embedding, vslice, weight.shape[0], compute_dtype(hidden.dtype))
     eager = (
         eager_ce_grad
@@ -410,4 +438,7 @@ def hidden_statistics(
         and torch.is_grad_enabled()
         and (hidden.requires_grad or weight.requires_grad)
     )
-    return LogitStats(*_FromHidden.apply(hidden, weight, setup, chunk_size, eager))
+    stats = _FromHidden.apply(hidden, weight, setup, chunk_size, num_chunks, eager)
+    if num_chunks is not None:
+        stats = tuple(None if t is None else t[:n_rows] for t in stats)
+    return LogitStats(*stats)

@@ -58,10 +58,13 @@ class LossConfig:
     options: dict[str, Any] = field(default_factory=dict)  # eta (mixce), tau / place_weighted (dist2)
     path: str = "logits"  # logits, or chunked: from hidden states, never holding full fp32 logits
     chunk_size: int = 256  # tokens per chunk of the chunked path (one chunk: chunk x V x 6 bytes in bf16)
+    compile: bool = False  # torch.compile the loss: one graph, no recompiles across padded lengths
+    compile_backend: str = "inductor"  # torch.compile backend (aot_eager: the same ops, for checks)
 
     def __post_init__(self) -> None:
         _check_choice("loss", "name", self.name, LOSS_NAMES)
         _check_choice("loss", "path", self.path, ("logits", "chunked"))
+        _check_choice("loss", "compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
 
 

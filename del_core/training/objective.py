@@ -7,6 +7,7 @@ gather it (the training entry point registers that weight as an external paramet
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -29,6 +30,16 @@ def as_named_tensors(out: LossOutput) -> dict[str, torch.Tensor]:
     return named
 
 
+@dataclass(frozen=True)
+class LossCompilation:
+    """How the objective compiles its loss: the torch.compile ``backend`` and ``max_tokens``, the
+    most tokens a micro-batch holds (micro-batch size x max length), which fixes the chunked
+    path's chunk count so that every padded length runs the same graph."""
+
+    backend: str = "inductor"
+    max_tokens: int = 1
+
+
 class CausalLMObjective(torch.nn.Module):
     """``forward(input_ids, targets, ...) -> dict`` of named scalars, see :func:`as_named_tensors`.
 
@@ -39,15 +50,26 @@ class CausalLMObjective(torch.nn.Module):
     states and the LM-head weight go to ``loss.from_hidden``, ``chunk_size`` tokens at a time.
     num_tokens, num_digits: the global normalisers (0-dim tensors); spans: the targets'
     :class:`del_core.NumberSpans`, computed once where the batch was made.
+    compile_loss: a :class:`LossCompilation` to run the loss under ``torch.compile`` (dynamic
+    shapes, full graph: a graph break is an error, not a silent slowdown), else None (eager).
     """
 
-    def __init__(self, lm: torch.nn.Module, loss_fn: NumericLoss, loss_path: str = "logits", chunk_size: int = 1024):
+    def __init__(
+        self,
+        lm: torch.nn.Module,
+        loss_fn: NumericLoss,
+        loss_path: str = "logits",
+        chunk_size: int = 256,
+        compile_loss: Optional[LossCompilation] = None,
+    ):
         super().__init__()
         self.lm = lm
         # Not a submodule: its (frozen) buffers are no model state to partition, save or export.
         self._loss_fn = (loss_fn,)
         self.loss_path = loss_path
         self.chunk_size = chunk_size
+        self.compilation = compile_loss
+        self._compiled = None  # (logits call, hidden call), built on first use
         self.vocab_slice = None  # set by use_vocab_parallel_head under tensor parallelism
         self.tp_group = None
         # DeepSpeed's AutoTP installs its own vocab-parallel cross-entropy here when it makes the
@@ -66,6 +88,25 @@ class CausalLMObjective(torch.nn.Module):
 
     def set_loss_fn(self, loss_fn: NumericLoss) -> None:
         self._loss_fn = (loss_fn,)
+        self._compiled = None
+
+    def _loss_calls(self):
+        """(logits call, hidden-states call): the loss's own methods, or their compiled forms."""
+        if self.compilation is None:
+            return self.loss_fn.forward, self.loss_fn.from_hidden
+        if self._compiled is None:
+            self._compiled = tuple(
+                torch.compile(call, backend=self.compilation.backend, dynamic=True, fullgraph=True)
+                for call in (self.loss_fn.forward, self.loss_fn.from_hidden)
+            )
+        return self._compiled
+
+    def _num_chunks(self) -> Optional[int]:
+        """Under compile, a fixed chunk count sized for the longest micro-batch (one graph for
+        every padded length); eagerly, None (``chunk_size`` tokens per chunk)."""
+        if self.compilation is None:
+            return None
+        return max(1, -(-self.compilation.max_tokens // self.chunk_size))
 
     def use_vocab_parallel_head(self, vocab_slice, tp_group) -> None:
         """The LM head returns this rank's logit columns ``vocab_slice`` (a VocabSlice whose reducer
@@ -87,16 +128,17 @@ class CausalLMObjective(torch.nn.Module):
         spans: Optional[NumberSpans] = None,
     ) -> dict[str, torch.Tensor]:
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+        dense_loss, hidden_loss = self._loss_calls()
         if self.loss_path == "logits":
             logits = self.lm(**inputs).logits
-            out = self.loss_fn(logits, targets, num_tokens, num_digits, vocab_slice=self.vocab_slice, spans=spans)
+            out = dense_loss(logits, targets, num_tokens, num_digits, vocab_slice=self.vocab_slice, spans=spans)
             return as_named_tensors(out)
         hidden = self.lm.base_model(**inputs).last_hidden_state
         if self.tp_group is not None:
             from del_core.parallel import copy_to_tensor_parallel_region
 
             hidden = copy_to_tensor_parallel_region(hidden, self.tp_group)
-        out = self.loss_fn.from_hidden(
+        out = hidden_loss(
             hidden,
             self.head_weight(),
             targets,
@@ -105,5 +147,6 @@ class CausalLMObjective(torch.nn.Module):
             vocab_slice=self.vocab_slice,
             chunk_size=self.chunk_size,
             spans=spans,
+            num_chunks=self._num_chunks(),
         )
         return as_named_tensors(out)

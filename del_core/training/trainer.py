@@ -41,7 +41,7 @@ from del_core.training.checkpoints import RunIdentity
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import accumulation_steps, build_ds_config
 from del_core.training.heldout import HeldOutEvaluator, HeldOutResult
-from del_core.training.objective import CausalLMObjective
+from del_core.training.objective import CausalLMObjective, LossCompilation
 from del_core.training.records import FinalRecord, TrainRecord
 from del_core.training.reporting import Reporter, SilentReporter
 from del_core.training.run_status import StopRequest, write_status
@@ -228,7 +228,12 @@ class Trainer:
             with ds.gathered([weight], enabled=self._zero3):
                 self._loss_options["cost_embedding"] = weight.detach().to(self.runtime.device, torch.float32).clone()
         loss_fn = build_loss(loss_cfg.name, self.vocab, weight=loss_cfg.weight, **self._loss_options)
-        self.objective = CausalLMObjective(model, loss_fn, loss_cfg.path, loss_cfg.chunk_size)
+        compilation = None
+        if loss_cfg.compile:
+            max_tokens = self.config.run.micro_batch_size * self.config.data.max_length
+            compilation = LossCompilation(loss_cfg.compile_backend, max_tokens)
+            self.log(f"[loss] torch.compile({loss_cfg.name}, backend={loss_cfg.compile_backend}, dynamic shapes)")
+        self.objective = CausalLMObjective(model, loss_fn, loss_cfg.path, loss_cfg.chunk_size, compilation)
         if self._zero3 and loss_cfg.path == "chunked" and self.dims.tp == 1:
             ds.register_lm_head_weight(self.objective)
 

@@ -100,6 +100,18 @@ def test_zero3_chunked_loss_matches(base, reference, tmp_path):
     _close(train_losses(out), reference)
 
 
+@pytest.mark.parametrize("path", ["logits", "chunked"])
+def test_compiled_loss_matches(base, reference, tmp_path, path):
+    """loss.compile=true (aot_eager: dynamo + AOTAutograd, the same ATen ops, fast to compile
+    here; inductor is the default) trains to the same losses, batches of varying padded length
+    going through one graph with a fixed chunk count (a graph break would be an error)."""
+    out = tmp_path / "run"
+    overrides = {"loss.compile": "true", "loss.compile_backend": "aot_eager", "loss.path": path}
+    proc = run_train(1, {**base, **overrides, "loss.chunk_size": 37, "run.output_dir": out})
+    assert "torch.compile(del, backend=aot_eager" in proc.stdout + proc.stderr
+    _close(train_losses(out), reference)
+
+
 def test_zero3_offload_matches(base, reference, tmp_path):
     out = tmp_path / "run"
     proc = run_train(2, {**base, "parallel.offload": "true", "run.output_dir": out})
