@@ -131,7 +131,7 @@ class Plan:
                 LMHeadShape("qwen2.5-7b", 3584, 152_064, 6000),
                 LMHeadShape("qwen2.5-1.5b", 1536, 151_936, 8192),
             ),
-            chunk_size=1024,
+            chunk_size=256,  # the default: the 7B-head memory target is stated at it
             chunked_repeats=3,
             chunked_warmup=1,
             sync_tokens=4096,
