@@ -151,16 +151,9 @@ class TokenBatch:
         spans = number_spans(self.targets, vocab) if vocab is not None else None
         return dataclasses.replace(self, spans=spans)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> TokenBatch:
-        """This batch on ``device`` (a new batch; this one is unchanged). With ``non_blocking`` a
-        host-to-device copy is only queued on the current stream and the host goes on; that
-        holds for page-locked memory only (:meth:`pin_memory`): from pageable memory it blocks."""
-        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
-
-    def pin_memory(self) -> TokenBatch:
-        """A copy of this host batch in page-locked memory, the source of an asynchronous
-        ``to(device, non_blocking=True)``. Needs an accelerator (and is pointless without one)."""
-        return self._map(torch.Tensor.pin_memory)
+    def to(self, device: torch.device | str) -> TokenBatch:
+        """This batch on ``device`` (a new batch; this one is unchanged), by :func:`to_device`."""
+        return self._map(lambda t: to_device(t, torch.device(device)))
 
     def _map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> TokenBatch:
         spans = NumberSpans(*(move(t) for t in self.spans)) if self.spans is not None else None
@@ -174,6 +167,15 @@ class TokenBatch:
         targets = (self.targets != IGNORE_INDEX).sum()
         digits = self.spans.is_digit.sum() if self.spans is not None else torch.zeros_like(targets)
         return torch.stack([targets, digits.to(targets.dtype), self.attention_mask.sum().to(targets.dtype)])
+
+
+def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A host tensor on ``device`` without the host waiting for the stream: on an accelerator
+    through page-locked memory and a non-blocking copy (from pageable memory a copy blocks); as
+    is on the CPU."""
+    if device.type == "cpu":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def check_target_ids(batches: Sequence[TokenBatch], vocab_size: int) -> None:

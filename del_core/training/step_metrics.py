@@ -15,21 +15,13 @@ from typing import Any, Optional, Union
 
 import torch
 
-from del_core.data.tokenized import TokenBatch
+from del_core.data.tokenized import TokenBatch, to_device
 from del_core.parallel import max_over, sum_over
 from del_core.training.records import TrainRecord
 
 SUMMED = ("loss", "ce", "aux", "entropy_sum", "digit_hits", "digits")  # StepSums.values, in order
 COUNTS = ("n_tokens", "n_digits", "attended_tokens")  # step_counts, in order
 GradNorm = Union[torch.Tensor, float, None]
-
-
-def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A host tensor on ``device`` without the host waiting: through page-locked memory and a
-    non-blocking copy on an accelerator; as is on the CPU."""
-    if device.type == "cpu":
-        return host
-    return host.pin_memory().to(device, non_blocking=True)
 
 
 def step_counts(batches: Sequence[TokenBatch], device: torch.device, dp_group: Any) -> torch.Tensor:

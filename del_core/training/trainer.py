@@ -346,13 +346,6 @@ class Trainer:
         check_target_ids(batches, self.output_vocab_size)
         return batches
 
-    def _on_device(self, batch: TokenBatch) -> TokenBatch:
-        """A host micro-batch on the run's device; on an accelerator from page-locked memory with a
-        non-blocking copy, so the host goes on queueing work."""
-        if not self.runtime.on_gpu:
-            return batch.to(self.runtime.device)
-        return batch.pin_memory().to(self.runtime.device, non_blocking=True)
-
     def train_step(self) -> TrainRecord:
         """One optimizer step over the global batch; its record is logged and returned.
 
@@ -367,7 +360,7 @@ class Trainer:
         lr = self.scheduler.get_last_lr()[0] if self.scheduler is not None else self.config.optimizer.lr
         sums = StepSums(self.runtime.device)
         for cpu_batch in batches:
-            batch = self._on_device(cpu_batch)
+            batch = cpu_batch.to(self.runtime.device)  # non-blocking from pinned memory on a GPU
             out = self.engine(
                 input_ids=batch.input_ids,
                 targets=batch.targets,
