@@ -27,6 +27,12 @@ FRACTION_BASE = 1.02
 IGNORE_INDEX = -100
 
 
+def invalid_labels(labels: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """bool tensor like ``labels``: entries that are neither IGNORE_INDEX nor a token id in
+    ``[0, vocab_size)`` (the rule every label check of the package applies)."""
+    return (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab_size))
+
+
 class NumberSpans(NamedTuple):
     """Per-position number structure of ``labels`` (all tensors have the labels' shape).
 

@@ -23,7 +23,7 @@ import torch
 
 from del_core.data.prompting import format_prompt
 from del_core.data.rows import DataError
-from del_core.spans import IGNORE_INDEX, NumberSpans, number_spans
+from del_core.spans import IGNORE_INDEX, NumberSpans, invalid_labels, number_spans
 from del_core.vocab import DigitVocab
 
 
@@ -182,7 +182,7 @@ def check_target_ids(batches: Sequence[TokenBatch], vocab_size: int) -> None:
     """Every target of ``batches`` (host copies) is IGNORE_INDEX or a token id in ``[0, vocab_size)``;
     otherwise ``ValueError`` naming the micro-batch, row, position and id of the first bad one.
     One read of host memory for all the batches, none of the device."""
-    bad = [(b.targets != IGNORE_INDEX) & ((b.targets < 0) | (b.targets >= vocab_size)) for b in batches]
+    bad = [invalid_labels(b.targets, vocab_size) for b in batches]
     if not bad or not bool(torch.stack([mask.any() for mask in bad]).any()):
         return
     index = next(i for i, mask in enumerate(bad) if mask.any())

@@ -16,7 +16,7 @@ from typing import Optional, Union
 
 import torch
 
-from ..spans import NumberSpans, number_spans
+from ..spans import NumberSpans, invalid_labels, number_spans
 from ..vocab import DigitVocab
 from .digit_terms import digit_entropy
 from .statistics import IGNORE_INDEX, LogitStats, VocabSlice, compute_dtype, hidden_statistics, logit_statistics
@@ -305,7 +305,7 @@ def _check_normalisers(
 
 def _assert_label_ids(labels: torch.Tensor, vocab_size: int) -> None:
     """Device-side form of :func:`_check_label_ids` (no host sync; no position in the message)."""
-    bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab_size))
+    bad = invalid_labels(labels, vocab_size)
     torch._assert_async(
         ~bad.any(),
         f"labels hold ids that are neither token ids of the logits' vocabulary [0, {vocab_size}) nor the "
@@ -314,7 +314,7 @@ def _assert_label_ids(labels: torch.Tensor, vocab_size: int) -> None:
 
 
 def _check_label_ids(labels: torch.Tensor, vocab_size: int) -> None:
-    bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= vocab_size))
+    bad = invalid_labels(labels, vocab_size)
     if bool(bad.any()):
         where = bad.nonzero()[0].tolist()
         raise ValueError(
