@@ -1,12 +1,17 @@
 """Number spans and place values, vectorised over a batch (DEL_SPEC.md section 2).
 
-A number span is a maximal run of consecutive positions of ONE sequence whose labels are digit or
-point tokens. For the token at index j of a span whose first point is at index p (p = span length
-when there is none):
+A number span is a maximal run of consecutive positions of ONE sequence whose labels are number
+tokens (digits, or the 1..K-digit tokens of a multi-digit vocabulary) or point tokens. For the
+token at index j of a span whose first point is at index p (p = span length when there is none):
 
-* digit, j < p (integer part):    u = 2 * (p - j)             ("1234" -> 8 6 4 2)
-* digit, j > p (fractional part): u = 1.02 ** -(j - p + 1)    ("3.14" -> 2 0 0.9612 0.9423)
-* point:                          u = 0, no DEL term
+* number token, j < p (integer part):    u = 2k, k the integer place of its last digit
+* number token, j > p (fractional part): u = 1.02 ** -(m + 1), m the fractional place of its
+  last digit (a second point counts as one place, as in the spec's ``m = j - p``)
+* point:                                 u = 0, no DEL term
+
+With one digit per token, k = p - j and m = j - p: "1234" -> 8 6 4 2, "3.14" -> 2 0 0.9612 0.9423.
+With Llama-3's tokens, "1234567.891" = 123 456 7 . 891 -> 10 4 2 0 1.02**-4
+(docs/number_tokens.md).
 
 Everything is computed with tensor operations (no Python loop over tokens, no host-device
 synchronisation and no host-to-device copy once the digit ids are cached on the device), so it can
@@ -36,13 +41,15 @@ def invalid_labels(labels: torch.Tensor, vocab_size: int) -> torch.Tensor:
 class NumberSpans(NamedTuple):
     """Per-position number structure of ``labels`` (all tensors have the labels' shape).
 
-    is_digit:    bool, the label is one of the ten digit tokens.
+    is_digit:    bool, the label is a number token (one of '0'..'9', or a multi-digit token).
     is_point:    bool, the label is the point token.
-    digit_value: int64, 0..9 at digit positions, -1 elsewhere.
-    place_value: float64, u of the spec at digits, 0 at points and outside numbers.
-    place_index: int64, integer place k >= 1 at digits (units 1, tens 2, ...; the fractional part
-                 counted as a separate integer: "3.14" -> 1 . 2 1), 0 elsewhere.
+    digit_value: int64, the number token's value (0..9 for a digit, 0..10^w - 1 for width w),
+                 -1 elsewhere.
+    place_value: float64, u of the spec at number tokens, 0 at points and outside numbers.
+    place_index: int64, integer place k >= 1 of the token's last digit (units 1, tens 2, ...; the
+                 fractional part counted as a separate integer: "3.14" -> 1 . 2 1), 0 elsewhere.
     span_start:  bool, the position opens a span.
+    width:       int64, the number token's width w (1 for a digit), 0 elsewhere.
     """
 
     is_digit: torch.Tensor
@@ -51,13 +58,24 @@ class NumberSpans(NamedTuple):
     place_value: torch.Tensor
     place_index: torch.Tensor
     span_start: torch.Tensor
+    width: torch.Tensor
 
 
-def digit_values(labels: torch.Tensor, digit_ids: torch.Tensor) -> torch.Tensor:
-    """int64 tensor like ``labels``: the digit 0..9 a label stands for, -1 for other labels."""
-    match = labels.unsqueeze(-1) == digit_ids.to(labels.device)
-    value = match.to(torch.long).argmax(-1)
-    return torch.where(match.any(-1), value, torch.full_like(value, -1))
+def number_tokens(labels: torch.Tensor, vocab: DigitVocab) -> tuple[torch.Tensor, torch.Tensor]:
+    """(width, value) int64 tensors like ``labels``: the width w and value of each label that is a
+    number token of ``vocab``; (0, -1) for other labels. A sorted search, O(N log C)."""
+    lookup = vocab.id_lookup(labels.device)
+    where = torch.searchsorted(lookup.sorted_ids, labels.contiguous()).clamp_max(lookup.sorted_ids.numel() - 1)
+    found = lookup.sorted_ids[where] == labels
+    column = lookup.sorted_columns[where]
+    width = torch.where(found, lookup.column_width[column], torch.zeros_like(column))
+    value = torch.where(found, lookup.column_value[column], torch.full_like(column, -1))
+    return width, value
+
+
+def _span_sums(weights: torch.Tensor, slot: torch.Tensor, n: int) -> torch.Tensor:
+    """[n + 1] per-slot sums of the int64 ``weights`` [n] (slot n collects positions outside spans)."""
+    return torch.zeros(n + 1, dtype=torch.long, device=weights.device).scatter_add(0, slot, weights)
 
 
 def number_spans(labels: torch.Tensor, vocab: DigitVocab) -> NumberSpans:
@@ -71,8 +89,8 @@ def number_spans(labels: torch.Tensor, vocab: DigitVocab) -> NumberSpans:
     shape = labels.shape
     seq = labels.reshape(-1, shape[-1])
     device = seq.device
-    digit = digit_values(seq, vocab.digit_tensor(device))
-    is_digit = digit >= 0
+    width, value = number_tokens(seq, vocab)
+    is_digit = width > 0
     is_point = seq == vocab.point_id
     in_num = is_digit | is_point
 
@@ -104,24 +122,34 @@ def number_spans(labels: torch.Tensor, vocab: DigitVocab) -> NumberSpans:
     flat_digit = is_digit.reshape(-1)
     integer_part = flat_digit & (j < p)
     fraction_part = flat_digit & (j > p)
-    k_int = (p - j).clamp_min(0)
-    m = (j - p).clamp_min(0)
+    # Places count digits: a token of width w covers w places, a point one (the spec's j - p).
+    w = width.reshape(-1)
+    places = w + flat_point.to(torch.long)
+    places_through = _within_span_cumsum(places, start_pos)  # inclusive, from the span's start
+    digits_through = _within_span_cumsum(w, start_pos)
+    integer_digits = _span_sums(torch.where(integer_part, w, torch.zeros_like(w)), slot, n)[slot]
+    k_int = (integer_digits - places_through + 1).clamp_min(0)
+    m = (places_through - integer_digits - 1).clamp_min(0)
     # float64 so that float64 losses (gradcheck) see exact place values; it is N numbers.
     u = torch.where(integer_part, 2.0 * k_int.to(torch.float64), torch.zeros(n, dtype=torch.float64, device=device))
     u = torch.where(fraction_part, torch.pow(FRACTION_BASE, -(m + 1).to(torch.float64)), u)
 
-    # Fractional digits as a separate integer: count the digits from j to the span's end.
-    digits_before = torch.cumsum(flat_digit.to(torch.long), 0) - flat_digit.to(torch.long)
-    digits_in_span = torch.zeros(n + 1, dtype=torch.long, device=device).scatter_add(0, slot, flat_digit.to(torch.long))
-    first_digit_count = digits_before[start_pos]
-    k_frac = digits_in_span[slot] - (digits_before - first_digit_count)
+    # Fractional digits read as a separate integer: the place of the token's last digit in it.
+    k_frac = _span_sums(w, slot, n)[slot] - digits_through + 1
     place_index = torch.where(integer_part, k_int, torch.where(fraction_part, k_frac, torch.zeros_like(k_int)))
 
     return NumberSpans(
         is_digit=is_digit.reshape(shape),
         is_point=is_point.reshape(shape),
-        digit_value=digit.reshape(shape),
+        digit_value=value.reshape(shape),
         place_value=u.reshape(shape),
         place_index=place_index.reshape(shape),
         span_start=start.reshape(shape),
+        width=width.reshape(shape),
     )
+
+
+def _within_span_cumsum(weights: torch.Tensor, start_pos: torch.Tensor) -> torch.Tensor:
+    """Inclusive running sum of ``weights`` [n] from the start of each position's span."""
+    through = torch.cumsum(weights, 0)
+    return through - (through[start_pos] - weights[start_pos])

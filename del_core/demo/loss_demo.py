@@ -28,7 +28,7 @@ import torch
 from del_core import LOSS_NAMES, DigitVocab, build_loss, number_spans
 from del_core.data.synthetic import make_problems
 from del_core.data.tokenized import TokenBatch, collate, encode
-from del_core.losses.digit_terms import del_term, digit_entropy
+from del_core.losses.digit_terms import del_term, digit_entropy, number_hits
 from del_core.models.sources import SMOLLM2, resolve_model, smollm2_gguf
 from del_core.spans import IGNORE_INDEX
 from del_core.tokenizers import load_tokenizer
@@ -98,13 +98,14 @@ def show_breakdown(demo: DemoModel, batch: TokenBatch) -> None:
     with torch.no_grad():
         logits = logits_of(demo.model, one).float()
     spans = number_spans(one.targets, demo.vocab)
-    digits = demo.vocab.digit_tensor()
+    numbers, offsets = demo.vocab.number_tensor(), demo.vocab.group_offsets
     print("\nOne answer, token by token (u = DEL place value; p = model's digit-conditional prob of the target):")
     print(f"  {'token':>8} {'u':>7} {'p(target)':>10} {'H(digits)':>10} {'DEL term':>9}")
     for t in (one.targets[0] != IGNORE_INDEX).nonzero().flatten().tolist():
         text = demo.tokenizer.decode([int(one.targets[0, t])])
         if spans.is_digit[0, t]:
-            z = logits[0, t, digits].unsqueeze(0)
+            width = int(spans.width[0, t])
+            z = logits[0, t, numbers][offsets[width - 1] : offsets[width]].unsqueeze(0)
             y = spans.digit_value[0, t].unsqueeze(0)
             u = spans.place_value[0, t].unsqueeze(0)
             p = torch.softmax(z, -1)[0, y].item()
@@ -140,7 +141,13 @@ def evaluate(model: Any, vocab: DigitVocab, batch: TokenBatch) -> HeldoutScores:
         logits = logits_of(model, batch)
         out = build_loss("mle", vocab)(logits, batch.targets)
         spans = number_spans(batch.targets, vocab)
-        right = logits[..., vocab.digit_tensor()].argmax(-1) == spans.digit_value
+        number_logits = logits[..., vocab.number_tensor()]
+        right = number_hits(
+            number_logits.reshape(-1, number_logits.shape[-1]),
+            spans.width.reshape(-1),
+            spans.digit_value.reshape(-1),
+            vocab.group_offsets,
+        ).reshape(spans.width.shape)
         # Answers read "a op b = X\nThe answer is X.": the last span repeats X, so it can be
         # copied; the computed result is the span before it.
         span_index = spans.span_start.long().cumsum(-1)
@@ -215,9 +222,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     torch.manual_seed(args.seed)
     started = time.time()
     demo = load_demo_model(args.model)
-    print(
-        f"Digit vocabulary ({demo.vocab.family}): '0'..'9' = {list(demo.vocab.digit_ids)}, '.' = {demo.vocab.point_id}"
-    )
+    print(f"Digit vocabulary: {demo.vocab.describe()}")
     # Held-out problems come from a seed far from any training seed of the demo.
     held_out = make_batch(make_problems(args.eval_problems, seed=10_000 + args.seed), demo.tokenizer)
     show_breakdown(demo, held_out)

@@ -3,9 +3,10 @@
 Per batch, :func:`teacher_forced_sums` returns named sums (divide only after summing over batches
 and ranks, :func:`summarise`):
   ce_sum        cross-entropy (nats) summed over target tokens       tokens   target tokens
-  digit_hits    digit targets whose argmax over the ten digits is right
-  entropy_sum   entropy (nats) of the ten-digit distribution, summed over digit targets
-  digits        digit targets
+  digit_hits    number-token targets whose argmax within their width group is right (the ten
+                digits on a single-digit vocabulary; docs/number_tokens.md)
+  entropy_sum   entropy (nats) of that group's distribution, summed over number-token targets
+  digits        number-token targets
   right_numbers numbers (maximal digit/point spans) with every digit argmax-right
   numbers       numbers
 """
@@ -18,6 +19,7 @@ from typing import Optional
 
 import torch
 
+from del_core.losses.digit_terms import number_entropy, number_hits
 from del_core.spans import IGNORE_INDEX, NumberSpans, number_spans
 from del_core.vocab import DigitVocab
 
@@ -37,10 +39,12 @@ class TeacherForcedMetrics:
     numbers: float
 
 
-def _number_sums(digit_logits: torch.Tensor, spans: NumberSpans) -> dict[str, torch.Tensor]:
-    log_q = digit_logits.log_softmax(-1)
-    entropy = -(log_q.exp() * log_q).sum(-1)
-    right = digit_logits.argmax(-1) == spans.digit_value
+def _number_sums(digit_logits: torch.Tensor, spans: NumberSpans, vocab: DigitVocab) -> dict[str, torch.Tensor]:
+    """``digit_logits`` [..., C] the number-token logits, ``spans`` of the same leading shape."""
+    flat = digit_logits.reshape(-1, digit_logits.shape[-1])
+    width, value = spans.width.reshape(-1), spans.digit_value.reshape(-1)
+    entropy = number_entropy(flat, width, vocab.group_offsets).reshape(spans.width.shape)
+    right = number_hits(flat, width, value, vocab.group_offsets).reshape(spans.width.shape)
     wrong_digit = spans.is_digit & ~right
     span_id = spans.span_start.reshape(-1).long().cumsum(0) - 1  # spans never cross sequences
     in_span = (spans.is_digit | spans.is_point).reshape(-1)
@@ -77,8 +81,8 @@ def teacher_forced_sums(
     if vocab is None:
         return sums
     spans = spans if spans is not None else number_spans(targets, vocab)
-    digit_logits = logits[..., vocab.digit_tensor().to(logits.device)]
-    sums.update(_number_sums(digit_logits, spans))
+    digit_logits = logits[..., vocab.number_tensor(logits.device)]
+    sums.update(_number_sums(digit_logits, spans, vocab))
     return sums
 
 

@@ -7,6 +7,10 @@ A loss is ``CE-like token part + lambda * digit part``:
 ``num_tokens`` / ``num_digits`` are the global normalisers (non-ignored tokens and digit positions
 over the whole accumulation window and all data-parallel ranks); by default they are counted in
 this batch. With them, the sum of the losses of micro-batches equals the loss of the whole batch.
+
+"Digit positions" are the positions whose label is a number token: one of '0'..'9', or on a
+multi-digit vocabulary (Llama-3) a token of 1..K digits, scored within its width group
+(docs/number_tokens.md).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import torch
 
 from ..spans import NumberSpans, invalid_labels, number_spans
 from ..vocab import DigitVocab
-from .digit_terms import digit_entropy
+from .digit_terms import GroupTerm, by_width, number_entropy, number_hits
 from .statistics import IGNORE_INDEX, LogitStats, VocabSlice, compute_dtype, hidden_statistics, logit_statistics
 
 Normaliser = Optional[Union[int, float, torch.Tensor]]
@@ -51,8 +55,11 @@ class Batch:
     labels/valid: [N] int64 / bool; ``dtype`` is the compute dtype.
     stats:        :class:`LogitStats` of the logits (see :mod:`.statistics`).
     spans:        flattened :class:`NumberSpans` ([N] each), None without a vocabulary.
-    digit_logits: [N, 10] in the compute dtype, zero outside digit positions; None without vocab.
-    target_digit: [N] int64, the target digit at digit positions, 0 elsewhere.
+    digit_logits: [N, C] in the compute dtype: the logits of the vocabulary's C number tokens
+                  (``DigitVocab.number_ids``; the ten digits on a single-digit vocabulary), zero
+                  outside number-token positions; None without a vocabulary.
+    target_digit: [N] int64, the target token's value at number-token positions, 0 elsewhere.
+    group_offsets: the column offsets of the width groups (``DigitVocab.group_offsets``).
     """
 
     labels: torch.Tensor
@@ -62,6 +69,12 @@ class Batch:
     stats: Optional[LogitStats] = None
     digit_logits: Optional[torch.Tensor] = None
     target_digit: Optional[torch.Tensor] = None
+    group_offsets: tuple[int, ...] = (0, 10)
+
+    def by_width(self, term: GroupTerm) -> torch.Tensor:
+        """[N] ``term`` at every number-token position, scored within its target's width group
+        (:func:`del_core.losses.digit_terms.by_width`)."""
+        return by_width(self.digit_logits, self.spans.width, self.target_digit, self.group_offsets, term)
 
 
 class NumericLoss(torch.nn.Module):
@@ -86,8 +99,6 @@ class NumericLoss(torch.nn.Module):
         super().__init__()
         if vocab is None and self.needs_vocab:
             raise ValueError(f"loss {self.name!r} needs a DigitVocab (its auxiliary term scores digits)")
-        if vocab is not None and vocab.multi_digit:
-            raise ValueError(f"loss {self.name!r}: vocabulary {vocab.name!r} is multi-digit")
         self.vocab = vocab
         self.weight = float(weight)
         self.validate = validate_mode(validate)
@@ -128,7 +139,7 @@ class NumericLoss(torch.nn.Module):
         batch.stats = logit_statistics(
             logits.reshape(-1, logits.shape[-1]),
             batch.labels,
-            self._digit_ids(),
+            self._number_ids(),
             self.cost_embedding_rows(),
             vocab_slice,
         )
@@ -162,7 +173,7 @@ class NumericLoss(torch.nn.Module):
             hidden.reshape(-1, hidden.shape[-1]),
             weight,
             batch.labels,
-            self._digit_ids(),
+            self._number_ids(),
             self.cost_embedding_rows(),
             vocab_slice,
             chunk_size,
@@ -176,8 +187,8 @@ class NumericLoss(torch.nn.Module):
         """True when the token part is plain CE (every token's CE gets the same gradient)."""
         return type(self).token_part is NumericLoss.token_part
 
-    def _digit_ids(self):
-        return self.vocab.digit_ids if self.vocab is not None else None
+    def _number_ids(self):
+        return self.vocab.number_ids if self.vocab is not None else None
 
     def _prepare(
         self, labels: torch.Tensor, vocab_size: int, dtype: torch.dtype, spans: Optional[NumberSpans] = None
@@ -199,6 +210,7 @@ class NumericLoss(torch.nn.Module):
                 raise ValueError(f"spans {tuple(spans.is_digit.shape)} do not match labels {tuple(labels.shape)}")
             batch.spans = NumberSpans(*(t.reshape(-1) for t in spans))
             batch.target_digit = batch.spans.digit_value.clamp_min(0)
+            batch.group_offsets = self.vocab.group_offsets
         return batch
 
     def _compose(
@@ -239,8 +251,9 @@ class NumericLoss(torch.nn.Module):
         with torch.no_grad():
             mask = batch.spans.is_digit
             count = n_digits.clamp_min(1).float()
-            entropy = torch.where(mask, digit_entropy(batch.digit_logits), 0.0).sum() / count
-            hit = (batch.digit_logits.argmax(-1) == batch.target_digit) & mask
+            entropy = number_entropy(batch.digit_logits, batch.spans.width, batch.group_offsets)
+            entropy = torch.where(mask, entropy, 0.0).sum() / count
+            hit = number_hits(batch.digit_logits, batch.spans.width, batch.target_digit, batch.group_offsets) & mask
             metrics["digit_entropy"] = entropy.float()
             metrics["digit_acc"] = hit.sum().float() / count
         return metrics

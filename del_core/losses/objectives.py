@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from ..vocab import DigitVocab
 from .base import Batch, NumericLoss
-from .digit_terms import del_term, dist2_term, ntl_mse_term, ntl_was_term
+from .digit_terms import del_term, dist2_term, leading_place_scale, ntl_mse_term, ntl_was_term
 from .token_terms import emo_from_ce, mixce_from_ce
 
 # Default lambda of DEL: the effective weight of the released Qwen2.5-1.5B run (DEL_SPEC.md s.3).
@@ -83,7 +83,8 @@ class DELLoss(DigitAuxLoss):
     name = "del"
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        return del_term(batch.digit_logits, batch.target_digit, batch.spans.place_value)
+        place_value = batch.spans.place_value
+        return batch.by_width(lambda z, y, _w: del_term(z, y, place_value))
 
 
 class NTLWASLoss(DigitAuxLoss):
@@ -92,7 +93,7 @@ class NTLWASLoss(DigitAuxLoss):
     name = "ntl_was"
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        return ntl_was_term(batch.digit_logits, batch.target_digit)
+        return batch.by_width(lambda z, y, w: ntl_was_term(z, y, leading_place_scale(w)))
 
 
 class NTLMSELoss(DigitAuxLoss):
@@ -101,7 +102,7 @@ class NTLMSELoss(DigitAuxLoss):
     name = "ntl_mse"
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        return ntl_mse_term(batch.digit_logits, batch.target_digit)
+        return batch.by_width(lambda z, y, w: ntl_mse_term(z, y, leading_place_scale(w)))
 
 
 class DIST2Loss(DigitAuxLoss):
@@ -126,7 +127,8 @@ class DIST2Loss(DigitAuxLoss):
         self.place_weighted = bool(place_weighted)
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        term = dist2_term(batch.digit_logits, batch.target_digit, self.tau)
+        tau = self.tau
+        term = batch.by_width(lambda z, y, _w: dist2_term(z, y, tau))
         if self.place_weighted:
             term = term * batch.spans.place_index.to(term.dtype)
         return term

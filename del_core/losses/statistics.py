@@ -4,7 +4,8 @@ Every loss of this package is a function of four per-token quantities of ``z`` (
 position, length V):
 
 * ``ce``               [N]     ``logsumexp(z) - z[y]`` (0 at ignored positions);
-* ``digit_logits``     [N, 10] ``z[D]``, the ten digit logits;
+* ``digit_logits``     [N, C] ``z[D]``, the logits of the C number tokens ``D`` (the ten digits
+                               '0'..'9' for single-digit vocabularies, C = 1,110 for Llama-3's);
 * ``expected``         [N, H]  ``softmax(z) @ E`` for a cost embedding E [V, H] (EMO only);
 * ``target_embedding`` [N, H]  ``E[y]`` (EMO only; a constant).
 
@@ -14,7 +15,7 @@ tokens, never holding more than ``chunk_size x V`` logits. Vocab sharding is des
 :class:`VocabSlice`: this process holds the columns ``[start, end)`` of a vocabulary of
 ``vocab_size``; its ``reducer`` all-reduces small per-token buffers over the processes holding the
 other columns (the parallel layer provides one; without it nothing is communicated). Per token one
-MAX reduction of 1 number and one SUM reduction of ``2 + 10 + 2H`` numbers cross the reducer,
+MAX reduction of 1 number and one SUM reduction of ``2 + C + 2H`` numbers cross the reducer,
 whatever V is; the backward communicates nothing.
 """
 
@@ -78,7 +79,8 @@ class VocabSlice:
         return self.end - self.start
 
     def digit_columns(self, digit_ids: Sequence[int], device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(local columns, digit indices 0..9) of the digit ids this slice owns; either may be empty.
+        """(local columns, indices 0..C-1 into ``digit_ids``) of the number ids this slice owns;
+        either may be empty.
 
         int64 tensors on ``device``, made once per (ids, slice, device) and cached: building them
         from Python lists on every call would be two host-to-device copies per loss call."""
@@ -109,7 +111,7 @@ class _Setup:
 
     vslice: VocabSlice
     target: torch.Tensor  # [N] global ids, -100 ignored
-    digit_ids: Optional[Sequence[int]]
+    digit_ids: Optional[Sequence[int]]  # the C number-token ids
     embedding: Optional[torch.Tensor]  # [V_local, H] rows of this slice, compute dtype
 
     def __post_init__(self) -> None:
@@ -137,7 +139,7 @@ def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice, own_z: bool = False,
     target_logit = z.gather(-1, s.local_target[rows].unsqueeze(-1)).squeeze(-1) * owned
     digits = None
     if s.digit_ids is not None:
-        digits = torch.zeros(z.shape[0], 10, dtype=dtype, device=z.device)
+        digits = torch.zeros(z.shape[0], len(s.digit_ids), dtype=dtype, device=z.device)
         digits[:, s.digit_index] = z[:, s.columns]
     if own_z:  # z becomes exp(z - local max) in place: no second [c, V] buffer
         local_max = z.max(dim=-1).values
@@ -164,11 +166,12 @@ def _chunk_forward(z: torch.Tensor, s: _Setup, rows: slice, own_z: bool = False,
     if want_softmax and own_z and s.embedding is None:
         softmax = z.mul_(torch.exp(local_max - lse).unsqueeze(-1))
     ce = torch.where(s.valid[rows], lse - target_logit, torch.zeros_like(lse))
-    digits = packed[:, 2:12] if s.digit_ids is not None else None
+    n_numbers = len(s.digit_ids) if s.digit_ids is not None else 0
+    digits = packed[:, 2 : 2 + n_numbers] if s.digit_ids is not None else None
     expected = target_embedding = None
     if s.embedding is not None:
         h = s.embedding.shape[1]
-        offset = 12 if s.digit_ids is not None else 2
+        offset = 2 + n_numbers
         expected = packed[:, offset : offset + h] / sum_exp.unsqueeze(-1)
         target_embedding = packed[:, offset + h :]
     return lse, ce, digits, expected, target_embedding, softmax
@@ -274,7 +277,7 @@ class _FromHidden(torch.autograd.Function):
     With ``eager`` (set by losses whose CE part is the plain token sum, so every token's CE gets
     the same upstream gradient), the forward also computes the CE gradients of the hidden states
     and the weight, ``(softmax - onehot) @ W`` and ``(softmax - onehot)^T @ h``, while each chunk's
-    logits are at hand; the backward scales them and adds the ten digit columns' share. That costs
+    logits are at hand; the backward scales them and adds the C number-token columns' share. That costs
     the same three [N, V, H] products as the naive path. Otherwise the backward recomputes each
     chunk's logits (a fourth product).
 
@@ -387,7 +390,8 @@ def logit_statistics(
     """Statistics from logits [N, V_local] (any float dtype; all V columns without ``vslice``),
     computed ``chunk_size`` rows at a time (bounds the fp32 temporaries, not the result).
 
-    ``target`` [N] int64 global ids (-100 ignored); ``digit_ids`` the ten global digit ids or None;
+    ``target`` [N] int64 global ids (-100 ignored); ``digit_ids`` the C global number-token ids
+    (``DigitVocab.number_ids``) or None;
     ``embedding`` the cost embedding [V or V_local, H] or None. Outputs in the compute dtype.
     """
     vslice = vslice or VocabSlice.full(logits.shape[-1])

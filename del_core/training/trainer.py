@@ -185,14 +185,12 @@ class Trainer:
         self.pad_id = pad if pad is not None else self.tokenizer.eos_token_id
         try:
             self.vocab = DigitVocab.from_tokenizer(self.tokenizer, name=str(self._tokenizer_source))
-            self.log(f"[vocab] digits '0'..'9' = {list(self.vocab.digit_ids)}, '.' = {self.vocab.point_id}")
+            self.log(f"[vocab] {self.vocab.describe()}")
         except MultiDigitVocabularyError as err:
             if self.config.loss.name not in ("mle", "mixce", "emo"):
-                raise ConfigError(f"loss {self.config.loss.name} needs single-digit tokens: {err}") from None
+                raise ConfigError(f"loss {self.config.loss.name} cannot score this tokenizer: {err}") from None
             self.vocab = None
-            self.log(
-                f"[vocab] no single-digit vocabulary ({err}); loss {self.config.loss.name} runs without digit metrics"
-            )
+            self.log(f"[vocab] no number vocabulary ({err}); loss {self.config.loss.name} runs without digit metrics")
 
     def _setup_data(self) -> None:
         data, run = self.config.data, self.config.run

@@ -5,7 +5,7 @@ import torch
 
 from del_core import DigitVocab, MultiDigitVocabularyError, build_loss, number_spans
 from del_core.vocab import MULTI_DIGIT, SINGLE_DIGIT
-from helpers.shared import MULTI_DIGIT_VOCABS, SINGLE_DIGIT_VOCABS, real_tokenizer
+from helpers.shared import SINGLE_DIGIT_VOCABS, real_tokenizer
 
 
 def _encode_alone(tokenizer, char):
@@ -40,16 +40,52 @@ def test_llama2_spm_ids():
     assert vocab.point_id == 29889
 
 
-@pytest.mark.parametrize("name", MULTI_DIGIT_VOCABS)
-def test_multi_digit_vocab_is_refused_with_reason(name):
-    tok = real_tokenizer(name)
+def test_gpt2_is_refused_with_the_reason():
+    tok = real_tokenizer("gpt-2")
     with pytest.raises(MultiDigitVocabularyError) as err:
-        DigitVocab.from_tokenizer(tok, name=name)
+        DigitVocab.from_tokenizer(tok, name="gpt-2")
     assert err.value.family == MULTI_DIGIT
-    assert "multi-digit" in str(err.value) and "not supported" in str(err.value)
+    message = str(err.value)
+    assert "irregular multi-digit" in message and "not supported" in message
+    assert "width 3: 777 of 1000" in message and "leading space" in message
     # The examples it names really are multi-digit tokens of this tokenizer.
+    assert err.value.examples
     for tid, text in err.value.examples:
         assert len(text) >= 2 and text.isdigit() and tok.decode([tid]).strip() == text
+
+
+def test_llama3_number_tokens_by_width():
+    tok = real_tokenizer("llama-bpe")
+    vocab = DigitVocab.from_tokenizer(tok, name="llama-bpe")
+    assert vocab.family == MULTI_DIGIT and vocab.multi_digit and vocab.max_width == 3
+    assert vocab.grouping == "left to right in groups of 3"
+    assert len(vocab.number_ids) == 1110 and vocab.group_offsets == (0, 10, 110, 1110)
+    # Every id decodes to its value written with its width (leading zeros included).
+    texts = [str(v).zfill(w) for w in (1, 2, 3) for v in range(10**w)]
+    assert [tok.decode([i]) for i in vocab.number_ids] == texts
+    assert tok.decode([vocab.point_id]) == "."
+    # Independent check by encoding: each token of a number is the id of its text.
+    by_text = dict(zip(texts, vocab.number_ids))
+    ids = tok("x 1234567.0625 and 9,007", add_special_tokens=False)["input_ids"]
+    pieces = [tok.decode([i]) for i in ids]
+    assert pieces[1:] == [" ", "123", "456", "7", ".", "062", "5", " and", " ", "9", ",", "007"]
+    for tid, piece in zip(ids, pieces):
+        if piece.isdigit():
+            assert by_text[piece] == tid
+
+
+def test_llama3_spans_place_values_and_widths():
+    tok = real_tokenizer("llama-bpe")
+    vocab = DigitVocab.from_tokenizer(tok)
+    ids = torch.tensor([tok("1234567.891 and 0.0625", add_special_tokens=False)["input_ids"]])
+    spans = number_spans(ids, vocab)
+    keep = spans.is_digit[0] | spans.is_point[0]
+    assert spans.width[0][keep].tolist() == [3, 3, 1, 0, 3, 1, 0, 3, 1]
+    assert spans.digit_value[0][keep].tolist() == [123, 456, 7, -1, 891, 0, -1, 62, 5]
+    # docs/number_tokens.md: the place of a token is the place of its last digit.
+    u = [10, 4, 2, 0, 1.02**-4, 2, 0, 1.02**-4, 1.02**-5]
+    assert spans.place_value[0][keep].tolist() == pytest.approx(u, rel=1e-12)
+    assert spans.place_index[0][keep].tolist() == [5, 2, 1, 0, 1, 1, 0, 2, 1]
 
 
 @pytest.mark.parametrize("name", SINGLE_DIGIT_VOCABS)
