@@ -137,10 +137,6 @@ class DigitVocab:
             offsets.append(offsets[-1] + 10**width)
         return tuple(offsets)
 
-    def digit_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
-        """int64 [10]: the ids of '0'..'9' on ``device``, cached per device (read-only)."""
-        return _cached_ids("digits", self.digit_ids, device)
-
     def number_tensor(self, device: torch.device | str | None = None) -> torch.Tensor:
         """int64 [C]: :attr:`number_ids` on ``device``, cached per device (read-only)."""
         return _cached_ids("numbers", self.number_ids, device)

@@ -80,3 +80,29 @@ def test_summarise_guards_empty_denominators():
     )
     assert (metrics.ce, metrics.digit_acc, metrics.digit_entropy, metrics.number_acc) == (2.0, 0.25, 0.5, 0.5)
     assert (metrics.tokens, metrics.digits, metrics.numbers) == (3.0, 4.0, 2.0)
+
+
+def _entropy_of_one_peak(peak: float, classes: int) -> float:
+    q = torch.softmax(torch.tensor([peak] + [0.0] * (classes - 1), dtype=torch.float64), 0)
+    return float(-(q * q.log()).sum())
+
+
+def test_multi_digit_tokens_are_scored_within_their_width_group():
+    from helpers.toy_number_vocab import make_number_vocab
+
+    case = make_number_vocab(3, V=1200)
+    # "1234567.5x42" -> 123 456 7 . 5 x 42: two numbers, five number tokens. Every position's
+    # logits peak at '456' (3.0), '7' (2.0) and '40' (1.0), so within the target's width group
+    # the argmax is '456' for width 3, '7' for width 1 and '40' for width 2.
+    targets = torch.tensor([case.encode("1234567.5x42")])
+    logits = torch.zeros(1, targets.shape[1], case.V)
+    for text, value in (("456", 3.0), ("7", 2.0), ("40", 1.0)):
+        logits[..., case.id_of(text)] = value
+    metrics = _summary(logits, targets, case.vocab)
+    assert (metrics.digits, metrics.numbers) == (5, 2)
+    assert metrics.digit_acc == pytest.approx(2 / 5)  # 456 and 7 right; 123, 5, 42 wrong
+    assert metrics.number_acc == 0.0
+    entropy = 2 * _entropy_of_one_peak(3.0, 1000) + 2 * _entropy_of_one_peak(2.0, 10) + _entropy_of_one_peak(1.0, 100)
+    assert metrics.digit_entropy == pytest.approx(entropy / 5, rel=1e-5)
+    # "456.7": both tokens are their group's argmax, so the number is right.
+    assert _summary(logits[:, :3], torch.tensor([case.encode("456.7")]), case.vocab).number_acc == 1.0
