@@ -1,5 +1,11 @@
 """Helpers shared by the benchmark scripts: synthetic labels with numbers, device sync, peak memory.
 
+Number vocabularies: :data:`QWEN2_VOCAB` (Qwen2's ids, one digit per token) and
+:func:`llama3_vocab` (Llama-3's 1,110 number tokens of widths 1..3: read from the real tokenizer
+when given one, else a synthetic stand-in with Llama-3's ids of '0'..'9' and '.' and 1,100
+distinct made-up ids for the width-2 and width-3 tokens; the real ones follow no rule that could
+be written down, see the function).
+
 Peak memory of one call, as the increase above what is held just before it:
 
 * CUDA: ``torch.cuda.max_memory_allocated()`` after ``reset_peak_memory_stats()``, minus
@@ -38,6 +44,12 @@ def track_rss_precisely() -> None:
 
 Step = Callable[[], None]
 QWEN2_VOCAB = DigitVocab(digit_ids=tuple(range(15, 25)), point_id=13, name="qwen2")
+QWEN2_VOCAB_SIZE = 151_936
+LLAMA3_VOCAB_SIZE = 128_256
+LLAMA3_DIGIT_IDS = tuple(range(15, 25))  # '0'..'9' in Llama-3's tokenizer
+LLAMA3_POINT_ID = 13
+# The synthetic stand-in's width-2/3 ids are drawn from the range the real ones lie in (410..28,384).
+LLAMA3_SYNTHETIC_ID_RANGE = (100, 28_500)
 IGNORE_INDEX = -100
 DIGIT_FRACTION = 0.20
 IGNORE_FRACTION = 0.05
@@ -46,9 +58,45 @@ MAX_NUMBER_DIGITS = 6
 MIB = 2**20
 
 
+def llama3_vocab(tokenizer_path: str | None = None) -> DigitVocab:
+    """Llama-3's number vocabulary (K = 3: 10 + 100 + 1,000 number tokens).
+
+    With ``tokenizer_path`` (a Hugging Face directory or a ``.gguf`` file such as
+    ``ggml-vocab-llama-bpe.gguf``): the real ids, by ``DigitVocab.from_tokenizer``. Without it: a
+    stand-in with the real ids of '0'..'9' (15..24) and '.' (13), and 1,100 distinct ids drawn
+    with a fixed seed from :data:`LLAMA3_SYNTHETIC_ID_RANGE` for the width-2 and width-3 tokens.
+    The real width-2/3 ids are neither contiguous nor ordered by value ('00' = 410, '01' = 1721,
+    '000' = 931, '001' = 4119, ...; 410..6,365 and 679..28,384), so no compact rule gives them;
+    the stand-in has the same count, spread and disorder, which is all the losses' cost depends on.
+    """
+    if tokenizer_path is not None:
+        from del_core.tokenizers import load_tokenizer
+
+        vocab = DigitVocab.from_tokenizer(load_tokenizer(tokenizer_path), name="llama3")
+        if vocab.max_width != 3:
+            raise ValueError(
+                f"{tokenizer_path}: expected Llama-3's number tokens of widths 1..3, got {vocab.describe()}"
+            )
+        return vocab
+    ids = random.Random(3).sample(range(*LLAMA3_SYNTHETIC_ID_RANGE), 1100)
+    return DigitVocab(
+        LLAMA3_DIGIT_IDS,
+        LLAMA3_POINT_ID,
+        name="llama3-synthetic",
+        wide_ids=(tuple(ids[:100]), tuple(ids[100:])),
+        grouping="left to right in groups of 3",
+    )
+
+
 def make_labels(n_tokens: int, vocab_size: int, vocab: DigitVocab, rng: random.Random) -> torch.Tensor:
-    """int64 labels [1, N]: random ordinary tokens, ~20% digits in numbers, ~5% ignored."""
-    special = set(vocab.digit_ids) | {vocab.point_id}
+    """int64 labels [1, N]: random ordinary tokens, ~20% number tokens in numbers, ~5% ignored.
+
+    Numbers have 1..6 digits, some with a point inside; on a multi-digit vocabulary each digit run
+    (the integer and the fractional part) is written as Llama-3 writes it, left to right in tokens
+    of K digits and a last shorter one (``1234567.25`` -> ``123 456 7 . 25``). The 20% counts
+    number-token positions, so both kinds of vocabulary get about as many scored positions; on a
+    single-digit vocabulary the labels are the same as before multi-digit vocabularies existed."""
+    special = set(vocab.number_ids) | {vocab.point_id}
     labels = [_ordinary_token(vocab_size, special, rng) for _ in range(n_tokens)]
     in_number = [False] * n_tokens
     _place_numbers(labels, in_number, vocab, rng)
@@ -67,7 +115,8 @@ def _ordinary_token(vocab_size: int, special: set[int], rng: random.Random) -> i
 
 
 def _place_numbers(labels: list[int], in_number: list[bool], vocab: DigitVocab, rng: random.Random) -> None:
-    """Write numbers into ``labels`` at random free places until 20% of the positions are digits.
+    """Write numbers into ``labels`` at random free places until 20% of the positions are number
+    tokens.
 
     Numbers never touch each other (one free position on each side), so each is its own span.
     """
@@ -87,10 +136,29 @@ def _place_numbers(labels: list[int], in_number: list[bool], vocab: DigitVocab, 
 
 
 def _number_tokens(n_digits: int, vocab: DigitVocab, rng: random.Random) -> list[int]:
-    """Token ids of a random number with ``n_digits`` digits, sometimes with a point inside."""
-    tokens = [vocab.digit_ids[rng.randrange(10)] for _ in range(n_digits)]
+    """Token ids of a random number with ``n_digits`` digits, sometimes with a point inside
+    (the random draws are those of the single-digit layout, so its labels did not change)."""
+    digits = [rng.randrange(10) for _ in range(n_digits)]
+    runs = [digits]
     if n_digits >= 2 and rng.random() < POINT_PROBABILITY:
-        tokens.insert(rng.randint(1, n_digits - 1), vocab.point_id)
+        point = rng.randint(1, n_digits - 1)
+        runs = [digits[:point], digits[point:]]
+    tokens = []
+    for i, run in enumerate(runs):
+        if i:
+            tokens.append(vocab.point_id)
+        tokens += _run_tokens(run, vocab)
+    return tokens
+
+
+def _run_tokens(digits: list[int], vocab: DigitVocab) -> list[int]:
+    """A digit run as number tokens: left to right in groups of K = ``vocab.max_width`` digits."""
+    width, ids, offsets = vocab.max_width, vocab.number_ids, vocab.group_offsets
+    tokens = []
+    for start in range(0, len(digits), width):
+        group = digits[start : start + width]
+        value = int("".join(map(str, group)))
+        tokens.append(ids[offsets[len(group) - 1] + value])
     return tokens
 
 

@@ -2,18 +2,35 @@
 
 Run (not part of CI)::
 
-    python tests/bench/loss_overhead.py                      # full sweep
-    python tests/bench/loss_overhead.py --vocab-sizes 32000 --tokens 1024 --repeats 2 --warmup 1
+    python tests/bench/loss_overhead.py                      # full sweep, both vocabularies
+    python tests/bench/loss_overhead.py --vocab qwen2 --vocab-sizes 32000 --tokens 1024 --repeats 2 --warmup 1
+    python tests/bench/loss_overhead.py --vocab llama3 --llama3-tokenizer ../shared/vocab/ggml-vocab-llama-bpe.gguf
     python tests/bench/loss_overhead.py --losses del --json overhead.json
 
 Target (project issue): DEL must cost at most 1.05x the time of CE (``time_ratio <= 1.05`` on the
 ``del`` rows, measured on the GPU at realistic sizes).
 
-For every vocabulary size V and token count N the script builds ONE batch, reused by all losses:
+Number vocabularies (``--vocab``, default both; ``bench_common.py``):
 
-* labels [1, N]: random non-digit token ids, 20% of the positions digit labels laid out as numbers
+* ``qwen2``: Qwen2's ids, one digit per token (C = 10 number tokens); default V = 151,936 and
+  32,000;
+* ``llama3``: Llama-3's 1,110 number tokens of widths 1..3 (C = 1,110; the losses of
+  docs/number_tokens.md); default V = 128,256. The width-2/3 ids come from the tokenizer given by
+  ``--llama3-tokenizer`` (a ``.gguf`` file or a Hugging Face directory; the vocabulary column then
+  reads ``llama3``); without it from a synthetic stand-in (``llama3-synthetic``: Llama-3's ids of
+  '0'..'9' and '.', and 1,100 distinct made-up ids for the rest; the real ids follow no rule).
+
+``--vocab-sizes`` replaces the default V of every chosen vocabulary. Expected: the auxiliary
+term costs O(N x C), the CE part O(N x V), so on Llama-3's vocabulary too del/mle is close to 1.
+
+For every vocabulary, vocabulary size V and token count N the script builds ONE batch, reused by
+all losses:
+
+* labels [1, N]: random ordinary token ids, 20% of the positions number tokens laid out as numbers
   of 1..6 digits (some with a point inside, so multi-token spans with integer and fractional
-  parts exist) separated by other tokens, and about 5% ignored (-100) positions;
+  parts exist) separated by other tokens, and about 5% ignored (-100) positions. On ``llama3``
+  each digit run is split as Llama-3 splits it, left to right in tokens of 3 digits and a last
+  shorter one (widths 3, 3, ..., rest: ``1234.56`` -> ``123 4 . 56``);
 * logits [1, N, V]: standard normal, ``requires_grad``, in ``--dtype``.
 
 It then measures the baseline ``CE`` (``F.cross_entropy(logits.float().view(-1, V), ...)`` and
@@ -33,10 +50,10 @@ Peak memory: one extra call after the timed ones, measured as in ``bench_common.
 allocator peak, or sampled RSS on CPU) above what is held before it (logits, labels, the loss
 module's buffers; ``logits.grad`` is None then, so the gradient counts in the peak).
 
-Output: a progress line per measurement on stderr, then a markdown table (V, N, loss, time_ms with
-its min-max, time_ratio and mem_ratio relative to CE at the same V and N, time_vs_mle relative to
-the ``mle`` row, i.e. the cost of the auxiliary term alone, with its min-max, peak_MiB) on stdout;
-``--json PATH`` also writes the rows as JSON.
+Output: a progress line per measurement on stderr, then a markdown table (vocab, C, V, N, loss,
+time_ms with its min-max, time_ratio and mem_ratio relative to CE at the same vocabulary, V and
+N, time_vs_mle relative to the ``mle`` row, i.e. the cost of the auxiliary term alone, with its
+min-max, peak_MiB) on stdout; ``--json PATH`` also writes the rows as JSON.
 """
 
 from __future__ import annotations
@@ -53,16 +70,30 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from bench_common import IGNORE_INDEX, QWEN2_VOCAB, Step, int_list, make_labels, peak_mib, release_memory, synchronize
+from bench_common import (
+    IGNORE_INDEX,
+    LLAMA3_VOCAB_SIZE,
+    QWEN2_VOCAB,
+    QWEN2_VOCAB_SIZE,
+    Step,
+    int_list,
+    llama3_vocab,
+    make_labels,
+    peak_mib,
+    release_memory,
+    synchronize,
+)
 
-from del_core import LOSS_NAMES, build_loss
+from del_core import LOSS_NAMES, DigitVocab, build_loss
 
 BASELINE = "CE"
+# --vocab choices: the default vocabulary sizes of each
+VOCABS = {"qwen2": [QWEN2_VOCAB_SIZE, 32000], "llama3": [LLAMA3_VOCAB_SIZE]}
 
 
 @dataclass
 class Row:
-    """One measurement: a loss at one (V, N)."""
+    """One measurement: a loss at one (vocabulary, V, N)."""
 
     V: int
     N: int
@@ -78,6 +109,8 @@ class Row:
     vs_mle_max: float = math.nan
     device: str = ""
     dtype: str = ""
+    vocab: str = ""  # the number vocabulary's name (qwen2, llama3, llama3-synthetic)
+    C: int = 0  # its number tokens
 
 
 # --- the batch ---------------------------------------------------------------------------------
@@ -109,13 +142,15 @@ def loss_step(loss_fn: torch.nn.Module, logits: torch.Tensor, labels: torch.Tens
     return step
 
 
-def build_named_loss(name: str, vocab_size: int, args: argparse.Namespace) -> torch.nn.Module:
-    """``build_loss(name, QWEN2_VOCAB)``; EMO gets a random [V, H] cost embedding."""
+def build_named_loss(
+    name: str, vocab_size: int, args: argparse.Namespace, vocab: DigitVocab = QWEN2_VOCAB
+) -> torch.nn.Module:
+    """``build_loss(name, vocab)``; EMO gets a random [V, H] cost embedding."""
     options = {"validate": not args.no_validate}
     if name == "emo":
         generator = torch.Generator(device=args.device).manual_seed(args.seed + 1)
         options["cost_embedding"] = torch.randn(vocab_size, args.emo_hidden, generator=generator, device=args.device)
-    return build_loss(name, QWEN2_VOCAB, **options).to(args.device)
+    return build_loss(name, vocab, **options).to(args.device)
 
 
 # --- timing and memory -------------------------------------------------------------------------
@@ -162,13 +197,15 @@ def measure_peak(name: str, step: Step, logits: torch.Tensor) -> float:
 
 
 # --- the sweep ---------------------------------------------------------------------------------
-def bench_config(vocab_size: int, n_tokens: int, args: argparse.Namespace) -> list[Row]:
-    """All rows at one (V, N): CE first, then each loss; ratios relative to CE."""
-    labels = make_labels(n_tokens, vocab_size, QWEN2_VOCAB, random.Random(args.seed)).to(args.device)
+def bench_config(
+    vocab_size: int, n_tokens: int, args: argparse.Namespace, vocab: DigitVocab = QWEN2_VOCAB
+) -> list[Row]:
+    """All rows at one (vocabulary, V, N): CE first, then each loss; ratios relative to CE."""
+    labels = make_labels(n_tokens, vocab_size, vocab, random.Random(args.seed)).to(args.device)
     logits = make_logits(n_tokens, vocab_size, args.dtype, args.device, args.seed)
     steps: dict[str, Step] = {BASELINE: ce_step(logits, labels)}
     for name in args.losses:
-        steps[name] = loss_step(build_named_loss(name, vocab_size, args), logits, labels)
+        steps[name] = loss_step(build_named_loss(name, vocab_size, args, vocab), logits, labels)
     try:
         times = interleaved_times_ms(steps, logits, args.repeats, args.warmup)
     except torch.cuda.OutOfMemoryError:
@@ -179,10 +216,10 @@ def bench_config(vocab_size: int, n_tokens: int, args: argparse.Namespace) -> li
         peak = measure_peak(name, step, logits)
         median = statistics.median(times[name])
         row = Row(vocab_size, n_tokens, name, median, peak, min(times[name]), max(times[name]))
-        row.device, row.dtype = str(logits.device), dtype
+        row.device, row.dtype, row.vocab, row.C = str(logits.device), dtype, vocab.name, len(vocab.number_ids)
         rows.append(row)
         print(
-            f"V={vocab_size:>6} N={n_tokens:>5} {name:<8} {median:10.2f} ms {peak:10.1f} MiB",
+            f"{vocab.name:<16} V={vocab_size:>6} N={n_tokens:>5} {name:<8} {median:10.2f} ms {peak:10.1f} MiB",
             file=sys.stderr,
             flush=True,
         )
@@ -217,12 +254,13 @@ def _ratio(value: float, base: float) -> float:
 def markdown_table(rows: list[Row]) -> str:
     """The rows as a markdown table: medians, with the min-max over rounds in brackets."""
     lines = [
-        "| V | N | loss | time_ms [min-max] | time_ratio | time_vs_mle [min-max] | peak_MiB | mem_ratio |",
-        "|---:|---:|:---|---:|---:|---:|---:|---:|",
+        "| vocab | C | V | N | loss | time_ms [min-max] | time_ratio | time_vs_mle [min-max] | peak_MiB | mem_ratio |",
+        "|:---|---:|---:|---:|:---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r.V} | {r.N} | {r.loss} | {r.time_ms:.1f} [{r.time_min_ms:.1f}-{r.time_max_ms:.1f}] "
+            f"| {r.vocab} | {r.C} | {r.V} | {r.N} | {r.loss} "
+            f"| {r.time_ms:.1f} [{r.time_min_ms:.1f}-{r.time_max_ms:.1f}] "
             f"| {r.time_ratio:.3f} | {r.time_vs_mle:.3f} [{r.vs_mle_min:.3f}-{r.vs_mle_max:.3f}] "
             f"| {r.peak_MiB:.1f} | {r.mem_ratio:.3f} |"
         )
@@ -245,10 +283,34 @@ def _name_list(text: str) -> list[str]:
     return names
 
 
+def _vocab_list(text: str) -> list[str]:
+    names = [part.lower().replace("-", "") for part in text.replace(",", " ").split()]
+    unknown = [name for name in names if name not in VOCABS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown vocabulary(ies) {unknown}; choose from {', '.join(VOCABS)}")
+    return list(dict.fromkeys(names))
+
+
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--vocab-sizes", type=int_list, default=[151936, 32000], help="comma-separated V (default: 151936,32000)"
+        "--vocab",
+        type=_vocab_list,
+        default=list(VOCABS),
+        help="comma-separated number vocabularies: qwen2 (10 single-digit tokens), llama3 (1,110 tokens of "
+        "widths 1..3) (default: qwen2,llama3)",
+    )
+    parser.add_argument(
+        "--llama3-tokenizer",
+        metavar="PATH",
+        help="Llama-3 tokenizer (.gguf or Hugging Face directory) for the real number-token ids of the llama3 "
+        "rows (default: a synthetic stand-in of 1,110 distinct ids)",
+    )
+    parser.add_argument(
+        "--vocab-sizes",
+        type=int_list,
+        default=None,
+        help="comma-separated V for every chosen vocabulary (default: 151936,32000 for qwen2, 128256 for llama3)",
     )
     parser.add_argument(
         "--tokens",
@@ -284,6 +346,21 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return args
 
 
+def sweep(args: argparse.Namespace) -> list[tuple[DigitVocab, int]]:
+    """The (vocabulary, V) pairs of the run, in order; exits naming a V too small for a
+    vocabulary's ids (Llama-3's reach about 28,400) before anything is measured."""
+    pairs = []
+    for name in args.vocab:
+        vocab = llama3_vocab(args.llama3_tokenizer) if name == "llama3" else QWEN2_VOCAB
+        for vocab_size in args.vocab_sizes or VOCABS[name]:
+            try:
+                vocab.check_fits(vocab_size)
+            except ValueError as error:
+                raise SystemExit(f"--vocab {name} at V={vocab_size}: {error}") from None
+            pairs.append((vocab, vocab_size))
+    return pairs
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     args = parse_args(argv)
     print(
@@ -292,9 +369,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         flush=True,
     )
     rows: list[Row] = []
-    for vocab_size in args.vocab_sizes:
+    pairs = sweep(args)
+    for vocab in dict.fromkeys(vocab for vocab, _ in pairs):
+        print(f"{vocab.name}: {vocab.describe()}", file=sys.stderr, flush=True)
+    for vocab, vocab_size in pairs:
         for n_tokens in args.tokens:
-            rows.extend(bench_config(vocab_size, n_tokens, args))
+            rows.extend(bench_config(vocab_size, n_tokens, args, vocab))
     print(markdown_table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

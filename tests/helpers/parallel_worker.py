@@ -2,7 +2,9 @@
 
 Each scenario computes, on this rank's vocabulary slice, a loss from sharded logits and from
 hidden states with a vocab-parallel LM head, and records the loss, the gradient of the local
-logit columns / weight rows, and the (all-reduced) gradient of the hidden states.
+logit columns / weight rows, the (all-reduced) gradient of the hidden states, and the calls and
+bytes of the forward's all-reduces. A scenario's number vocabulary is ``digits`` and ``point``,
+plus ``wide`` (the width-2..K id groups, ordered by value) for a multi-digit one.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ def scenario_inputs(sc):
 
 
 def make_loss(name, sc, embedding):
-    vocab = DigitVocab(tuple(sc["digits"]), sc["point"])
+    wide = tuple(tuple(group) for group in sc.get("wide", ()))
+    vocab = DigitVocab(tuple(sc["digits"]), sc["point"], wide_ids=wide)
     options = {"cost_embedding": embedding} if name == "emo" else {}
     return build_loss(name, vocab, **options)
 
@@ -55,9 +58,20 @@ def run_scenario(sc, group=None):
         }
         head = VocabParallelLMHead.from_full_weight(weight, group)
         h = hidden.clone().requires_grad_(True)
-        out = loss_fn.from_hidden(head.gather_input(h), head.weight, labels, vocab_slice=head.vocab_slice, chunk_size=5)
+        with count_collectives() as counter:
+            out = loss_fn.from_hidden(
+                head.gather_input(h), head.weight, labels, vocab_slice=head.vocab_slice, chunk_size=5
+            )
         out.loss.backward()
-        result[(name, "hidden")] = {"loss": out.loss.item(), "grad": head.weight.grad, "grad_hidden": h.grad}
+        result[(name, "hidden")] = {
+            "loss": out.loss.item(),
+            "aux": out.aux.item(),
+            "metrics": {k: v.item() for k, v in out.metrics.items()},
+            "grad": head.weight.grad,
+            "grad_hidden": h.grad,
+            "bytes": counter.bytes,
+            "calls": counter.calls,
+        }
     return result
 
 

@@ -4,8 +4,18 @@ Every loss, from sharded logits and from hidden states through a vocab-parallel 
 digit ids all on the first rank, split across two ranks, and on the last rank; with the real Qwen2
 ids on a 151,936-row head; with ignored positions and with a batch without digits. One world is
 started per size; each rank saves its results and this process compares them.
+
+Multi-digit vocabularies (docs/number_tokens.md; number tokens of widths 1..K, K = 3 as Llama-3's
+or K = 2, at a seeded permutation of the ids, so neither contiguous nor in value order): all
+1,110 number tokens and the point on rank 0 (``multi_first``), every width group spread over
+every rank (``multi_spread``, ``multi_k2``, and ``multi_head`` on a 128,256-row head in float32),
+with labels of mixed widths (digit runs split left to right in groups of K), points and ignored
+positions. The forward's SUM all-reduce carries 2 + C numbers per token (C = 1,110 or 110)
+whatever V is.
 """
 
+import math
+import re
 import tempfile
 
 import pytest
@@ -20,11 +30,83 @@ V = 47  # uneven over 2, 3 and 4 ranks; the last of 4 ranks still holds 11 rows
 H = 6
 V_HEAD = 151_936
 WORLD_SIZES = (1, 2, 3, 4)
+V_MULTI_FIRST = 4447  # 4 x 1111 + 3: rank 0 of 4 holds rows [0, 1112), room for 1,110 number tokens + '.'
+V_MULTI = 1409  # uneven over 2, 3 and 4 ranks
+V_MULTI_K2 = 263
+V_LLAMA3 = 128_256
+MULTI_TEXTS = ["a1234567.0625b", "x.5_98,7654y", "zz100.125z3", "7.12.345q 42", "v1000000.001", "no digits"]
+DIGIT_LOSSES = ["mle", "del", "ntl_was", "ntl_mse", "dist2"]
+MULTI_SCENARIOS = ("multi_first", "multi_spread", "multi_k2", "multi_head")
 
 
 def _encode(texts, digits, point, other):
     table = {str(d): i for d, i in enumerate(digits)} | {".": point, "_": -100}
     return [[table.get(ch, other) for ch in text] for text in texts]
+
+
+def number_vocabulary(width, pool, seed):
+    """Number tokens of widths 1..``width`` and the point at a seeded permutation of the ids
+    ``pool``: the scenario's ``digits``, ``wide`` (width-2..K groups ordered by value) and
+    ``point``, and the ids of ``pool`` left over."""
+    order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(seed)).tolist()
+    ids = [pool[i] for i in order]
+    groups, at = [], 0
+    for w in range(1, width + 1):
+        groups.append(ids[at : at + 10**w])
+        at += 10**w
+    return dict(digits=groups[0], wide=groups[1:], point=ids[at]), ids[at + 1 :]
+
+
+def number_groups(sc):
+    """The scenario's number-token ids by width: [ids of width 1, ids of width 2, ...]."""
+    return [sc["digits"], *sc.get("wide", [])]
+
+
+def _encode_numbers(texts, vocab, others):
+    """Labels of ``texts`` as a tokenizer with number tokens of widths 1..K writes them: digit runs
+    left to right in groups of K (Llama-3: 1234567 -> 123 456 7), '.' the point, '_' ignored, any
+    other character one of ``others``; rows padded with ignored positions."""
+    groups = number_groups(vocab)
+    k = len(groups)
+    rows = []
+    for text in texts:
+        row = []
+        for run in re.findall(r"[0-9]+|.", text):
+            if run.isdigit():
+                row += [groups[len(run[i : i + k]) - 1][int(run[i : i + k])] for i in range(0, len(run), k)]
+            else:
+                row.append({".": vocab["point"], "_": -100}.get(run, others[ord(run) % len(others)]))
+        rows.append(row)
+    length = max(map(len, rows))
+    return [row + [-100] * (length - len(row)) for row in rows]
+
+
+def multi_digit_scenarios():
+    """The multi-digit scenarios (none depends on the world size)."""
+    out = {}
+    cases = {
+        # all number tokens and the point inside rank 0's rows for every world; other tokens everywhere
+        "multi_first": (3, V_MULTI_FIRST, list(range(1112)), "float64"),
+        # number tokens at random rows of the whole vocabulary: every width group on every rank
+        "multi_spread": (3, V_MULTI, list(range(V_MULTI)), "float64"),
+        "multi_k2": (2, V_MULTI_K2, list(range(V_MULTI_K2)), "float64"),
+        "multi_head": (3, V_LLAMA3, list(range(V_LLAMA3)), "float32"),
+    }
+    for seed, (name, (width, vocab_size, pool, dtype)) in enumerate(cases.items(), start=21):
+        vocab, others = number_vocabulary(width, pool, seed=0)
+        others = others + list(range(len(pool), vocab_size, 101))
+        texts = MULTI_TEXTS if vocab_size < V_LLAMA3 else MULTI_TEXTS[:3]
+        out[name] = dict(
+            seed=seed,
+            V=vocab_size,
+            hidden=H if dtype == "float64" else 4,
+            dtype=dtype,
+            **vocab,
+            labels=_encode_numbers(texts, vocab, others),
+            # the big head (its time grows with V) checks the payload and fp32 round-off
+            losses=DIGIT_LOSSES if vocab_size < V_LLAMA3 else ["mle", "del", "dist2"],
+        )
+    return out
 
 
 def placements(world):
@@ -73,6 +155,7 @@ def scenarios(world):
         labels=_encode(["abcd", "ef_g"], first_digits, first_point, 20),
         losses=["del", "ntl_was", "dist2"],
     )
+    out.update(multi_digit_scenarios())
     return out
 
 
@@ -86,8 +169,19 @@ def world_results(request):
     return world, scs, ranks
 
 
+_REFERENCES: dict = {}
+
+
 def reference(sc, name):
-    """Single-process loss and gradients on full logits / hidden states."""
+    """Single-process loss and gradients on full logits / hidden states (made once per scenario
+    content and loss: most scenarios are the same in every world)."""
+    key = (name, repr(sorted(sc.items())))
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _reference(sc, name)
+    return _REFERENCES[key]
+
+
+def _reference(sc, name):
     logits, hidden, weight, labels, embedding = scenario_inputs(sc)
     loss_fn = make_loss(name, sc, embedding)
     logits.requires_grad_(True)
@@ -96,7 +190,7 @@ def reference(sc, name):
     h, w = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
     hidden_out = loss_fn(h @ w.T, labels)
     hidden_out.loss.backward()
-    return out, logits.grad, hidden_out.loss.item(), h.grad, w.grad
+    return out, logits.grad, hidden_out, h.grad, w.grad
 
 
 def _tolerance(sc):
@@ -105,27 +199,40 @@ def _tolerance(sc):
     return dict(rtol=1e-10, atol=1e-12) if sc["dtype"] == "float64" else dict(rtol=1e-3, atol=1e-4)
 
 
-@pytest.mark.parametrize("scenario", ["first", "split", "last", "qwen2", "no_digits"])
+def _assert_same_output(got, ref, rel, what):
+    """Loss, aux and metrics of one rank's result equal the single-process ones."""
+    assert got["loss"] == pytest.approx(ref.loss.item(), rel=rel), what
+    assert got["aux"] == pytest.approx(ref.aux.item(), rel=rel, abs=1e-12), what
+    assert got["metrics"].keys() == ref.metrics.keys(), what
+    for key, value in ref.metrics.items():
+        assert got["metrics"][key] == pytest.approx(value.item(), rel=1e-6, abs=1e-9), (what, key)
+
+
+def _assert_close(actual, expected, tol, what):
+    torch.testing.assert_close(actual, expected, **tol, msg=lambda message: f"{what}: {message}")
+
+
+@pytest.mark.parametrize("scenario", ["first", "split", "last", "qwen2", "no_digits", *MULTI_SCENARIOS])
 def test_vocab_parallel_equals_unsharded(world_results, scenario):
+    """Every rank's loss, aux, metrics and hidden gradient, and its local logit columns' and
+    weight rows' gradients, equal the single-process ones (and the matching slices of them)."""
     world, scs, ranks = world_results
     sc = scs[scenario]
     tol = _tolerance(sc)
     for name in sc["losses"]:
-        ref, ref_grad, ref_hidden_loss, ref_grad_h, ref_grad_w = reference(sc, name)
+        ref, ref_grad, ref_hidden, ref_grad_h, ref_grad_w = reference(sc, name)
         rel = 1e-12 if sc["dtype"] == "float64" else 1e-6
-        for rank in ranks:
+        for rank_id, rank in enumerate(ranks):
+            what = (name, f"world {world}", f"rank {rank_id}")
+            start, end = rank[scenario]["range"]
             got = rank[scenario][(name, "logits")]
-            assert got["loss"] == pytest.approx(ref.loss.item(), rel=rel), (name, world)
-            assert got["aux"] == pytest.approx(ref.aux.item(), rel=rel, abs=1e-12), (name, world)
-            for key, value in ref.metrics.items():
-                assert got["metrics"][key] == pytest.approx(value.item(), rel=1e-6, abs=1e-9), (name, key)
+            _assert_same_output(got, ref, rel, what + ("logits",))
+            _assert_close(got["grad"], ref_grad[..., start:end], tol, what + ("logit columns",))
             hid = rank[scenario][(name, "hidden")]
-            assert hid["loss"] == pytest.approx(ref_hidden_loss, rel=rel), (name, world)
-            torch.testing.assert_close(hid["grad_hidden"], ref_grad_h, **tol)
-        grad = torch.cat([r[scenario][(name, "logits")]["grad"] for r in ranks], dim=-1)
-        torch.testing.assert_close(grad, ref_grad, **tol)
-        grad_w = torch.cat([r[scenario][(name, "hidden")]["grad"] for r in ranks], dim=0)
-        torch.testing.assert_close(grad_w, ref_grad_w, **tol)
+            _assert_same_output(hid, ref_hidden, rel, what + ("hidden",))
+            _assert_close(hid["grad_hidden"], ref_grad_h, tol, what + ("hidden",))
+            _assert_close(hid["grad"], ref_grad_w[start:end], tol, what + ("weight rows",))
+        assert [r[scenario]["range"] for r in ranks] == [vocab_range(sc["V"], i, world) for i in range(world)]
 
 
 def test_digit_placement_really_spans_ranks(world_results):
@@ -146,6 +253,51 @@ def test_digit_placement_really_spans_ranks(world_results):
         if r["last"]["range"][0] <= d < r["last"]["range"][1]
     }
     assert last_owner == {world - 1}
+
+
+def _owners(ranks, scenario, ids):
+    """The ranks whose vocabulary rows hold any of ``ids``."""
+    return {rank for rank, r in enumerate(ranks) for i in ids if r[scenario]["range"][0] <= i < r[scenario]["range"][1]}
+
+
+def test_multi_digit_placement_and_labels(world_results):
+    """The multi-digit scenarios are what they claim: shuffled ids, number tokens on rank 0 only or
+    every width group on every rank, labels of every width with points and ignored positions."""
+    world, scs, ranks = world_results
+    first = scs["multi_first"]
+    assert _owners(ranks, "multi_first", sum(number_groups(first), []) + [first["point"]]) == {0}
+    for scenario in MULTI_SCENARIOS:
+        sc = scs[scenario]
+        groups = number_groups(sc)
+        assert [len(g) for g in groups] == [10**w for w in range(1, len(groups) + 1)]
+        for group in groups:
+            assert group != sorted(group) and max(group) - min(group) >= len(group), (scenario, "ids shuffled")
+        if scenario != "multi_first":
+            for group in groups:  # each width group straddles every shard boundary
+                assert _owners(ranks, scenario, group) == set(range(world)), scenario
+        labels = [t for row in sc["labels"] for t in row]
+        widths = {w for t in labels for w, group in enumerate(groups, start=1) if t in group}
+        assert widths == set(range(1, len(groups) + 1)), scenario
+        assert sc["point"] in labels and -100 in labels, scenario
+        # the ordinary tokens' rows are on several ranks
+        assert len(_owners(ranks, scenario, set(labels) - set(sum(groups, [])) - {-100})) == world
+
+
+def test_multi_digit_payload_is_2_plus_c_per_token(world_results):
+    """Per token, on both paths: one MAX of 1 number and one SUM of 2 + C numbers (C = 1,110 for
+    K = 3, 110 for K = 2), whatever V is (4,447, 1,409 or 128,256 rows); from hidden states one
+    MAX and one SUM per chunk of 5 tokens."""
+    world, scs, ranks = world_results
+    for scenario in MULTI_SCENARIOS:
+        sc = scs[scenario]
+        n_numbers = len(sum(number_groups(sc), []))
+        n_tokens = len(sc["labels"]) * len(sc["labels"][0])
+        payload = n_tokens * (1 + 2 + n_numbers) * (8 if sc["dtype"] == "float64" else 4)
+        for r in ranks:
+            for name in sc["losses"]:  # mle too: it gathers the number logits for its digit metrics
+                got, hid = r[scenario][(name, "logits")], r[scenario][(name, "hidden")]
+                assert (got["calls"], got["bytes"]) == (2, payload), (scenario, name, world)
+                assert (hid["calls"], hid["bytes"]) == (2 * math.ceil(n_tokens / 5), payload), (scenario, name, world)
 
 
 def test_collective_bytes_per_token_do_not_depend_on_vocab_size(world_results):
