@@ -2,7 +2,14 @@
 
 from .export import drop_tied_copies, save_hf
 from .loading import attention_implementation, load_model
-from .sources import ModelSourceError, check_model_source, convert_gguf, resolve_model, smollm2_gguf
+from .sources import (
+    ModelSourceError,
+    check_model_source,
+    convert_gguf,
+    resolve_model,
+    resolve_tokenizer,
+    smollm2_gguf,
+)
 
 __all__ = [
     "ModelSourceError",
@@ -12,6 +19,7 @@ __all__ = [
     "drop_tied_copies",
     "load_model",
     "resolve_model",
+    "resolve_tokenizer",
     "save_hf",
     "smollm2_gguf",
 ]

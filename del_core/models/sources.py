@@ -103,6 +103,19 @@ def resolve_model(source: str, cache_dir: Optional[Path] = None) -> str:
     return source
 
 
+def resolve_tokenizer(source: str, cache_dir: Optional[Path] = None) -> str:
+    """What :func:`del_core.tokenizers.load_tokenizer` loads for a tokenizer ``source``: a GGUF file
+    as itself (only its vocabulary is read, never its model: a Llama-3 vocabulary file describes
+    an 8B model), anything else as :func:`resolve_model`."""
+    check_model_source(source, "model.tokenizer")
+    gguf = gguf_file(source)
+    if gguf is not None:
+        if not gguf.is_file():
+            raise ModelSourceError(f"GGUF tokenizer file not found: {gguf}")
+        return str(gguf)
+    return resolve_model(source, cache_dir)
+
+
 def gguf_cache_entry(gguf: Path, cache_dir: Path) -> Path:
     return cache_dir / "models" / gguf_cache_key(gguf)
 

@@ -32,7 +32,14 @@ from del_core import DigitVocab, MultiDigitVocabularyError, NumberSpans, build_l
 from del_core.config import ConfigError, config_to_dict, config_to_yaml
 from del_core.data.splits import TrainingData, prepare_training_data
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
-from del_core.models import attention_implementation, drop_tied_copies, load_model, resolve_model, save_hf
+from del_core.models import (
+    attention_implementation,
+    drop_tied_copies,
+    load_model,
+    resolve_model,
+    resolve_tokenizer,
+    save_hf,
+)
 from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
 from del_core.training import checkpoints
@@ -177,7 +184,9 @@ class Trainer:
         cache = Path(model.cache_dir) if model.cache_dir else CACHE_ROOT
         with local_main_first(self.dims.local_rank):
             self._model_source = resolve_model(model.name, cache)
-            self._tokenizer_source = resolve_model(model.tokenizer, cache) if model.tokenizer else self._model_source
+            self._tokenizer_source = (
+                resolve_tokenizer(model.tokenizer, cache) if model.tokenizer else self._model_source
+            )
             self.tokenizer = load_tokenizer(self._tokenizer_source, cache / "tokenizers")
         if self.tokenizer.eos_token_id is None:
             raise ConfigError(f"tokenizer {self._tokenizer_source} has no EOS token")

@@ -40,6 +40,35 @@ def make_tiny_qwen2(
     return directory
 
 
+def make_tiny_llama3(
+    directory: Path, tokenizer, kv_heads: int = 2, hidden: int = 32, layers: int = 2, heads: int = 4
+) -> Path:
+    """A random-initialised Llama-3-shaped model (grouped-query attention, rope theta 500,000,
+    untied LM head as in Llama-3-8B; default 2 layers, hidden 32) with a row for every token of
+    ``tokenizer`` (the real Llama-3 vocabulary: 128,257 with the added token of the GGUF
+    conversion), saved with the tokenizer as a Hugging Face directory."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=512,
+        rope_theta=500000.0,
+        tie_word_embeddings=False,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory
+
+
 def tiny_run(model: Path, cache_dir: Path, **extra) -> dict:
     """The overrides of a 3-step DEL run of ``model`` on 40 synthetic problems (global batch 8 =
     micro 2 x ...), lr 1e-3 without warm-up, no held-out set, no export; ``extra`` on top."""
