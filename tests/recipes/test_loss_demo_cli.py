@@ -31,7 +31,8 @@ def test_demo_runs_end_to_end(tiny_model_dir):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = proc.stdout
-    assert "Digit vocabulary (single-digit): '0'..'9' = [15, 16, 17, 18, 19, 20, 21, 22, 23, 24], '.' = 13" in out
+    vocab_line = "Digit vocabulary: single-digit (10 number tokens, one digit per token): "
+    assert vocab_line + "'0'..'9' = [15, 16, 17, 18, 19, 20, 21, 22, 23, 24], '.' = 13" in out
     for name in ("mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del"):
         row = re.search(rf"^\s+{name}\s+([-\d.]+)\s+([-\d.]+)", out, re.M)
         assert row and all(abs(float(v)) < 100 for v in row.groups()), name

@@ -32,7 +32,8 @@ def test_main_job_recipe_runs(tmp_path):
         recipe=REPO / "recipes" / "configs" / "tiny.yaml",
         timeout=600,
     )
-    assert "digits '0'..'9' = [32, 33, 34, 35, 36, 37, 38, 39, 40, 41], '.' = 30" in proc.stdout
+    vocab_line = "[vocab] single-digit (10 number tokens, one digit per token): "
+    assert vocab_line + "'0'..'9' = [32, 33, 34, 35, 36, 37, 38, 39, 40, 41], '.' = 30" in proc.stdout
     assert "ZeRO-3" in proc.stdout and "Held-out" in proc.stdout and "Q: " in proc.stdout
     steps = records(out)
     assert [r["step"] for r in steps] == [1, 2]
