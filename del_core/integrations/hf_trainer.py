@@ -1,0 +1,188 @@
+"""Any del_core loss inside ``transformers.Trainer``, normalised over the whole optimizer step.
+
+    from del_core.integrations import DELTrainer
+    trainer = DELTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
+                         loss="del", loss_weight=0.128)
+    trainer.train()
+
+How a step is normalised. The Trainer draws the micro-batches of one optimizer step (its
+gradient-accumulation window) in ``get_batch_samples`` before running any of them. The mixin
+counts there, on the targets as the model shifts them, the non-ignored tokens and the number-token
+positions of the window, and sums both over all processes with the Trainer's own collective
+(``accelerator.gather``, as the Trainer sums its ``num_items_in_batch``). Every micro-batch loss is
+``del_core loss(logits, targets, num_tokens=<window tokens>, num_digits=<window digits>)``: a sum
+over the micro-batch's positions divided by the global counts, so the losses of all micro-batches
+on all ranks add up to the loss of the whole global batch, its digit term included.
+
+How the gradient comes out right. ``compute_loss`` returns that loss times the number of processes
+R. ``loss_is_scaled_for_ga = True`` tells the Trainer not to divide by the accumulation steps (and
+under DeepSpeed the Trainer passes ``scale_wrt_gas=False``), so each rank's accumulated gradient is
+R x the gradient of its micro-batches' share, and DDP / DeepSpeed ZeRO average it over the R ranks:
+the step's gradient is the gradient of ``loss(whole global batch)``. The logged ``loss`` (the mean
+over ranks of each rank's summed returns) is the loss of the global batch; ``ce``, ``aux``,
+``digit_entropy`` and ``digit_acc`` are logged beside it, over the same steps.
+
+The model runs without labels, so its forward returns the full logits and computes no loss of its
+own; the Trainer's ``num_items_in_batch`` is not used (it has no digit count). Evaluation
+(``model.eval()``) normalises each batch by its own counts.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Optional, Union
+
+import torch
+from transformers import Trainer
+
+from del_core.integrations.counting import TARGET_KEYS, WindowCounts, aligned_targets, window_target_counts
+from del_core.integrations.loss_setup import resolve_loss
+from del_core.integrations.setup_checks import (
+    argument_problems,
+    model_logits,
+    model_problems,
+    parallelism_problems,
+    raise_problems,
+)
+from del_core.integrations.step_metrics import StepMetrics
+from del_core.losses import NumericLoss
+from del_core.vocab import DigitVocab
+
+
+class DELTrainerMixin:
+    """Put before ``transformers.Trainer`` (or a subclass such as TRL's ``SFTTrainer``) in the bases.
+
+    Keyword arguments on top of the Trainer's:
+
+    * ``loss``: a loss name of :func:`del_core.build_loss` (default ``"del"``) or a built
+      :class:`del_core.NumericLoss` (which then carries its own vocabulary and options);
+    * ``loss_weight``, ``loss_options``: lambda and the other options of ``build_loss``;
+    * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer.
+
+    Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
+    ``compute_loss_func``, ``use_liger_kernel=True``, label smoothing, a TRL ``loss_type`` other
+    than ``"nll"``, ``nn.DataParallel``, tensor/context/sequence parallelism, encoder-decoder
+    models, and (at the first step) a forward that returns no logits or not one per position.
+    """
+
+    loss_is_scaled_for_ga = True
+
+    def __init__(
+        self,
+        *args: Any,
+        loss: Union[str, NumericLoss] = "del",
+        loss_weight: Optional[float] = None,
+        loss_options: Optional[dict] = None,
+        vocab: Optional[DigitVocab] = None,
+        **kwargs: Any,
+    ):
+        given = _bound_arguments(super().__init__, args, kwargs)
+        raise_problems(argument_problems(given.get("args"), given.get("compute_loss_func")))
+        super().__init__(*args, **kwargs)
+        self._refuse_unsupported_setup()
+        self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
+        self._del_window: Optional[WindowCounts] = None
+        self._del_left = 0  # micro-batches of the window not yet run
+        self._del_metrics = StepMetrics()
+        self._del_loss_device: Optional[torch.device] = None
+        self._del_no_cache = getattr(getattr(self.model, "config", None), "use_cache", None) is not None
+
+    # --- the two steps the Trainer calls ------------------------------------------------------
+    def get_batch_samples(
+        self, epoch_iterator: Iterator, num_batches: int, device: torch.device
+    ) -> tuple[list, Optional[Union[torch.Tensor, int]]]:
+        """The Trainer's micro-batches of one optimizer step, and its ``num_items_in_batch``; also
+        counts the window's tokens and digits over all ranks for :meth:`compute_loss` (a
+        collective: every rank calls it once per optimizer step, as the Trainer does)."""
+        batch_samples, num_items_in_batch = super().get_batch_samples(epoch_iterator, num_batches, device)
+        total = self.reduce_counts(window_target_counts(batch_samples, self.del_loss.vocab, device))
+        self._del_window = WindowCounts(total[0], total[1], len(batch_samples))
+        self._del_left = len(batch_samples)
+        self._del_metrics.start_step()
+        return batch_samples, num_items_in_batch
+
+    def compute_loss(
+        self,
+        model: torch.nn.Module,
+        inputs: Mapping[str, Any],
+        return_outputs: bool = False,
+        num_items_in_batch: Optional[Union[torch.Tensor, int]] = None,
+    ) -> Union[torch.Tensor, tuple[torch.Tensor, Any]]:
+        """Training: R x ``loss(logits, targets, num_tokens=<window tokens>, num_digits=<window
+        digits>)`` with R the number of processes (see the module doc); evaluation: the loss of
+        this batch normalised by its own counts. ``num_items_in_batch`` is ignored."""
+        window = self._take_window() if model.training else None
+        targets = aligned_targets(inputs)
+        outputs = model(**self._forward_inputs(inputs))
+        logits = model_logits(outputs, targets, type(self.accelerator.unwrap_model(model)).__name__)
+        loss_fn = self._loss_on(logits.device)
+        if window is None:
+            loss = loss_fn(logits, targets).loss
+        else:
+            counts = self.loss_normalisers(window, targets)
+            out = loss_fn(logits, targets, num_tokens=counts.num_tokens, num_digits=counts.num_digits)
+            self._del_metrics.add(out)
+            loss = out.loss * self.accelerator.num_processes
+        return (loss, outputs) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: Optional[float] = None) -> None:
+        """The Trainer's log, with ``ce``, ``aux``, ``digit_entropy`` and ``digit_acc`` of the
+        steps since the last log added to the training logs (those that carry ``loss``)."""
+        if "loss" in logs:
+            gather = self.accelerator.gather if self.args.world_size > 1 else None
+            logs.update(self._del_metrics.collect(gather, self.args.device))
+        super().log(logs, start_time)
+
+    # --- hooks ----------------------------------------------------------------------------------
+    def reduce_counts(self, local: torch.Tensor) -> torch.Tensor:
+        """[2] ``[tokens, digits]`` of this rank's window -> their sums over all processes, by the
+        collective the Trainer sums ``num_items_in_batch`` with (``accelerator.gather``)."""
+        if self.args.world_size <= 1:
+            return local
+        return self.accelerator.gather(local.unsqueeze(0)).sum(0)
+
+    def loss_normalisers(self, window: WindowCounts, targets: torch.Tensor) -> WindowCounts:
+        """The counts a training micro-batch's loss divides by: the window's global counts."""
+        return window
+
+    # --- internals ------------------------------------------------------------------------------
+    def _refuse_unsupported_setup(self) -> None:
+        problems = argument_problems(self.args, self.compute_loss_func)
+        problems += parallelism_problems(self.args.n_gpu, self.get_tp_size(), self.get_cp_size(), self.get_sp_size())
+        problems += model_problems(getattr(self.model, "config", None))
+        raise_problems(problems)
+
+    def _take_window(self) -> WindowCounts:
+        if self._del_window is None or self._del_left <= 0:
+            raise RuntimeError(
+                "compute_loss ran in training mode outside the Trainer's training loop: the global token and "
+                "digit counts of the step come from get_batch_samples, which was not called for this micro-batch"
+            )
+        self._del_left -= 1
+        return self._del_window
+
+    def _forward_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        forward = {key: value for key, value in inputs.items() if key not in TARGET_KEYS}
+        if self._del_no_cache:
+            forward.setdefault("use_cache", False)
+        return forward
+
+    def _loss_on(self, device: torch.device) -> NumericLoss:
+        if self._del_loss_device != device:
+            self.del_loss.to(device)
+            self._del_loss_device = device
+        return self.del_loss
+
+
+class DELTrainer(DELTrainerMixin, Trainer):
+    """``transformers.Trainer`` training with a del_core loss (see :class:`DELTrainerMixin`)."""
+
+
+def _bound_arguments(init: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The arguments of a call ``init(*args, **kwargs)`` by parameter name (``kwargs`` when they do
+    not bind; the call itself then reports the error)."""
+    try:
+        return dict(inspect.signature(init).bind_partial(*args, **kwargs).arguments)
+    except (TypeError, ValueError):
+        return dict(kwargs)

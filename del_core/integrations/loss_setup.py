@@ -1,0 +1,65 @@
+"""The del_core loss of a Trainer: given ready-made, or built by name with the tokenizer's digits."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import torch
+
+from del_core.losses import NumericLoss, build_loss
+from del_core.vocab import DigitVocab
+
+
+def tokenizer_of(processing_class: Any) -> Any:
+    """The tokenizer in a Trainer's ``processing_class`` (a tokenizer, or a processor holding one);
+    None when there is none."""
+    if processing_class is None or hasattr(processing_class, "convert_ids_to_tokens"):
+        return processing_class
+    return getattr(processing_class, "tokenizer", None)
+
+
+def digit_vocab(vocab: Optional[DigitVocab], processing_class: Any) -> Optional[DigitVocab]:
+    """``vocab`` when given, else the :class:`DigitVocab` of the Trainer's tokenizer (None without
+    a tokenizer; a vocabulary the losses cannot score raises, see ``DigitVocab.from_tokenizer``)."""
+    if vocab is not None:
+        return vocab
+    tokenizer = tokenizer_of(processing_class)
+    return DigitVocab.from_tokenizer(tokenizer) if tokenizer is not None else None
+
+
+def head_weight_copy(model: torch.nn.Module) -> torch.Tensor:
+    """A detached copy of the LM-head weight [V, H] (EMO's cost embedding); refuses a weight that
+    ZeRO-3 has partitioned (it holds no values outside the module's forward)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is None or weight.dim() != 2 or weight.numel() == 0:
+        raise ValueError(
+            "loss='emo' needs the LM-head weight, and this model's is absent or partitioned (ZeRO-3); pass "
+            "loss=del_core.build_loss('emo', vocab, cost_embedding=<the gathered [V, H] LM-head weight>)"
+        )
+    return weight.detach().clone()
+
+
+def resolve_loss(
+    loss: Union[str, NumericLoss],
+    weight: Optional[float],
+    options: Optional[dict],
+    vocab: Optional[DigitVocab],
+    processing_class: Any,
+    model: torch.nn.Module,
+) -> NumericLoss:
+    """``loss`` itself when it is a :class:`NumericLoss` (then ``weight``/``options``/``vocab`` must
+    be unset: it carries its own); else ``build_loss(loss, vocab, weight, **options)`` with the
+    vocabulary of :func:`digit_vocab` (and for EMO the LM head as cost embedding)."""
+    if isinstance(loss, NumericLoss):
+        if weight is not None or options or vocab is not None:
+            raise TypeError(
+                "loss is a built NumericLoss: pass loss_weight, loss_options and vocab to build_loss instead"
+            )
+        return loss
+    if not isinstance(loss, str):
+        raise TypeError(f"loss must be a loss name or a del_core NumericLoss, got {type(loss).__name__}")
+    options = dict(options or {})
+    if loss.lower() == "emo" and "cost_embedding" not in options:
+        options["cost_embedding"] = head_weight_copy(model)
+    return build_loss(loss, digit_vocab(vocab, processing_class), weight, **options)

@@ -1,0 +1,95 @@
+"""The Trainer settings under which a del_core loss would silently not be the loss that trains.
+
+The integration computes the loss from the model's full logits. Settings that replace the LM head
+with a fused loss (no logits come back), that compute a different loss, or that split a batch in
+ways the normaliser counts do not follow are refused here, each with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
+
+import torch
+
+
+class UnsupportedSetupError(ValueError):
+    """A Trainer setting that the del_core loss cannot honour (the message names it)."""
+
+
+def argument_problems(args: Any, compute_loss_func: Optional[Callable]) -> list[str]:
+    """What in the TrainingArguments (or TRL's SFTConfig) ``args`` and the Trainer's
+    ``compute_loss_func`` would replace or bypass the del_core loss; empty when nothing does."""
+    problems = []
+    if compute_loss_func is not None:
+        problems.append("compute_loss_func: the del_core loss is the loss; pass no compute_loss_func")
+    if args is None:
+        return problems
+    if getattr(args, "use_liger_kernel", False):
+        problems.append(
+            "use_liger_kernel=True: Liger's fused linear cross-entropy computes its own CE from the hidden "
+            "states and returns no logits to the del_core loss; set use_liger_kernel=False"
+        )
+    if getattr(args, "label_smoothing_factor", 0.0):
+        problems.append(
+            f"label_smoothing_factor={args.label_smoothing_factor}: the del_core losses do not smooth labels; "
+            "set it to 0"
+        )
+    loss_type = getattr(args, "loss_type", None)  # TRL's SFTConfig
+    if loss_type is not None and loss_type not in ("nll", "chunked_nll"):
+        problems.append(
+            f"loss_type={loss_type!r}: TRL's {loss_type} loss would be replaced by the del_core loss; "
+            "use loss_type='nll'"
+        )
+    return problems
+
+
+def parallelism_problems(n_gpu: int, tp_size: int, cp_size: int, sp_size: int) -> list[str]:
+    """Layouts whose ranks do not each hold whole, distinct sequences: the window counts (summed
+    over all processes) would not be the counts of the global batch."""
+    problems = []
+    if n_gpu > 1:
+        problems.append(
+            f"n_gpu={n_gpu} (nn.DataParallel in one process): launch one process per device with torchrun or "
+            "accelerate launch, or make one device visible"
+        )
+    for name, size in (("tensor", tp_size), ("context", cp_size), ("sequence", sp_size)):
+        if size > 1:
+            problems.append(
+                f"{name} parallelism of size {size}: only data parallelism (DDP, DeepSpeed ZeRO) is supported"
+            )
+    return problems
+
+
+def model_problems(config: Any) -> list[str]:
+    """Models whose logits are not next-token predictions of their own inputs."""
+    if getattr(config, "is_encoder_decoder", False):
+        return ["an encoder-decoder model: the del_core Trainer integration trains decoder-only causal LMs"]
+    return []
+
+
+def raise_problems(problems: list[str]) -> None:
+    """Raise :class:`UnsupportedSetupError` listing ``problems`` (nothing when empty)."""
+    if problems:
+        raise UnsupportedSetupError("the del_core loss cannot train with: " + "; ".join(problems))
+
+
+def model_logits(outputs: Any, targets: torch.Tensor, model_name: str) -> torch.Tensor:
+    """The logits [..., T, V] of the forward's ``outputs``, checked against the targets [..., T].
+
+    Refuses outputs without logits (a fused or chunked loss head, e.g. Liger's or TRL's fused LM
+    head) and logits for fewer positions than the inputs (``logits_to_keep``)."""
+    logits = outputs.get("logits") if isinstance(outputs, Mapping) else None
+    if logits is None:
+        keys = ", ".join(outputs.keys()) if isinstance(outputs, Mapping) else type(outputs).__name__
+        raise UnsupportedSetupError(
+            f"the forward of {model_name} returned no logits (got: {keys}). A fused or chunked loss head "
+            "(Liger's fused linear cross-entropy, a patched forward, return_dict=False) keeps them from the "
+            "del_core loss; use the model's plain forward"
+        )
+    if logits.shape[:-1] != targets.shape:
+        raise UnsupportedSetupError(
+            f"the forward of {model_name} returned logits {tuple(logits.shape)} for targets {tuple(targets.shape)}: "
+            "every input position needs its logits (do not pass logits_to_keep)"
+        )
+    return logits

@@ -1,0 +1,180 @@
+"""Worker of test_hf_trainer.py: trains the tiny Qwen2 with ``DELTrainer`` (transformers.Trainer)
+for a few steps and writes what the tests compare. One process, or under torch.distributed.run.
+
+    python hf_trainer_worker.py SPEC.json
+
+SPEC: ``{"model": DIR, "out": DIR, "rows": [{"input_ids": [...], "labels": [...]}, ...],
+"runs": [RUN, ...]}`` with RUN ``{"name", "micro", "accumulation", "steps", "variant",
+"deepspeed"}``. ``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong
+normalisation: ``"per_micro_batch"`` (each micro-batch's digit term divided by its own digit count)
+or ``"rank_local"`` (digits counted over this rank's window only, not all-reduced). ``deepspeed``
+is a DeepSpeed config dict or null. Rank 0 writes ``OUT/NAME.json`` (the Trainer's per-step logs)
+and ``OUT/NAME.pt`` (the final weights, gathered under ZeRO-3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from del_core.integrations import DELTrainer, target_counts
+from del_core.spans import IGNORE_INDEX
+
+LR = 1e-3
+
+
+class PerMicroBatchDigits(DELTrainer):
+    """The defect to avoid: the digit term normalised by each micro-batch's own digit count."""
+
+    def loss_normalisers(self, window, targets):
+        return dataclasses.replace(window, num_digits=target_counts(targets, self.del_loss.vocab)[1])
+
+
+class RankLocalDigits(DELTrainer):
+    """The other defect: digits counted over this rank's window but not summed over the ranks."""
+
+    def reduce_counts(self, local):
+        return torch.stack([super().reduce_counts(local)[0], local[1]])
+
+
+VARIANTS = {"global": DELTrainer, "per_micro_batch": PerMicroBatchDigits, "rank_local": RankLocalDigits}
+
+# Answers with 0 to 16 digits: consecutive pairs (the micro-batches) hold very different digit counts.
+ANSWER_TEMPLATES = (
+    "The colour is blue.",
+    "It is {a}.",
+    "The total is {b}{c}.{a}{b}.",
+    "Nothing to compute here, sorry.",
+    "{c}.{b}{c}{a} is close to pi, and {a}{a} is not.",
+    "We get {b} apples.",
+    "No number at all.",
+    "Result: {c}{c}{b}{a}.",
+)
+
+
+def make_rows(tokenizer, n: int) -> list[dict]:
+    """``n`` prompt + answer rows: the prompt's targets are -100, the answer and EOS are learned."""
+    import random
+
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        numbers = {"a": rng.randint(1, 9), "b": rng.randint(10, 999), "c": rng.randint(1000, 99999)}
+        prompt = tokenizer(f"Question {i}: tell me something.\nAnswer:", add_special_tokens=False)["input_ids"]
+        answer = tokenizer(
+            " " + ANSWER_TEMPLATES[i % len(ANSWER_TEMPLATES)].format(**numbers), add_special_tokens=False
+        )
+        answer_ids = answer["input_ids"] + [tokenizer.eos_token_id]
+        rows.append({"input_ids": prompt + answer_ids, "labels": [IGNORE_INDEX] * len(prompt) + answer_ids})
+    return rows
+
+
+def collate(pad_id: int):
+    """Right padding: input ids with ``pad_id``, labels with -100, attention mask 0."""
+
+    def call(rows: list[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(r["input_ids"]) for r in rows)
+        batch = {
+            "input_ids": torch.full((len(rows), width), pad_id),
+            "labels": torch.full((len(rows), width), IGNORE_INDEX),
+            "attention_mask": torch.zeros((len(rows), width), dtype=torch.long),
+        }
+        for i, row in enumerate(rows):
+            n = len(row["input_ids"])
+            batch["input_ids"][i, :n] = torch.tensor(row["input_ids"])
+            batch["labels"][i, :n] = torch.tensor(row["labels"])
+            batch["attention_mask"][i, :n] = 1
+        return batch
+
+    return call
+
+
+def training_arguments(out: Path, run: dict):
+    """Sequential sampling (every layout sees the same global batches), constant LR, a log per step."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(out / run["name"]),
+        per_device_train_batch_size=run["micro"],
+        gradient_accumulation_steps=run["accumulation"],
+        max_steps=run["steps"],
+        learning_rate=LR,
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        train_sampling_strategy="sequential",
+        disable_tqdm=True,
+        deepspeed=run.get("deepspeed"),
+    )
+
+
+def join_deepspeed_process_group(args) -> None:
+    """On CPU (``use_cpu=True``) accelerate starts a gloo group but not DeepSpeed's communication
+    layer, so ``deepspeed.zero.Init`` in ``from_pretrained`` would see a world of 1 (on GPU
+    accelerate does it). DeepSpeed then adopts the existing torch.distributed group."""
+    import deepspeed
+
+    assert args.world_size >= 1  # sets up the process group
+    deepspeed.init_distributed(dist_backend="gloo")
+
+
+def train(spec: dict, run: dict) -> DELTrainer:
+    """One training run as the spec says; returns the trainer after ``train()``."""
+    from transformers import AutoModelForCausalLM
+
+    from del_core.tokenizers import load_tokenizer
+
+    out = Path(spec["out"])
+    args = training_arguments(out, run)  # before the model: under ZeRO-3 it is built partitioned
+    if run.get("deepspeed"):
+        join_deepspeed_process_group(args)
+    tokenizer = load_tokenizer(spec["model"])
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    trainer = VARIANTS[run.get("variant", "global")](
+        model=model,
+        args=args,
+        train_dataset=spec["rows"],
+        data_collator=collate(tokenizer.pad_token_id or tokenizer.eos_token_id),
+        processing_class=tokenizer,
+        loss="del",
+        loss_weight=run.get("weight", 0.5),
+    )
+    trainer.train()
+    return trainer
+
+
+def step_logs(trainer: DELTrainer) -> list[dict]:
+    keys = ("loss", "ce", "aux", "digit_entropy", "digit_acc", "grad_norm")
+    return [{k: h[k] for k in keys if k in h} | {"step": h["step"]} for h in trainer.state.log_history if "loss" in h]
+
+
+def save(trainer: DELTrainer, out: Path, name: str) -> None:
+    """Rank 0 writes the logs and the final weights (ZeRO-3 gathers them: a collective)."""
+    weights = trainer.accelerator.get_state_dict(trainer.model_wrapped)
+    if trainer.args.process_index == 0:
+        (out / f"{name}.json").write_text(json.dumps(step_logs(trainer)))
+        torch.save({k: v.detach().float().cpu() for k, v in weights.items()}, out / f"{name}.pt")
+
+
+def main(path: str) -> None:
+    spec = json.loads(Path(path).read_text())
+    for run in spec["runs"]:
+        trainer = train(spec, run)
+        save(trainer, Path(spec["out"]), run["name"])
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main(sys.argv[1])

@@ -1,0 +1,363 @@
+"""del_core losses inside transformers.Trainer and TRL's SFTTrainer (del_core.integrations), on CPU
+with the tiny random Qwen2 and the real Qwen2 tokenizer.
+
+The layouts compared train the same 3 global batches of 8 rows (micro-batches of 2 whose digit
+counts are 1, 12, 19 and 14 in the first step) with AdamW, lr 1e-3, gradient clipping at 1:
+1 process x accumulation 4 ("1x4"), 1 process x 1 micro-batch of 8 ("1x1", the whole global batch
+in one forward), 2 processes x accumulation 2 ("2x2", DDP over gloo), and 2 x 2 under DeepSpeed
+ZeRO-3 and ZeRO-2 through the Trainer's ``deepspeed=`` argument. Module time: ~1.5-2 min on
+2 busy cores (three subprocess launches of ~25-30 s each).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import hf_trainer_worker as worker
+import pytest
+import torch
+
+from del_core import build_loss, number_spans
+from del_core.integrations import DELTrainer, UnsupportedSetupError
+from del_core.parallel import free_port
+from helpers.training import make_tiny_qwen2
+
+WORKER = Path(worker.__file__)
+REPO = Path(__file__).resolve().parents[3]
+TOL = 1e-5  # fp32 round-off between reduction orders, paddings and layouts (losses ~14.7)
+STEPS = 3
+
+
+def zero_config(stage: int) -> dict:
+    """A ZeRO config for the Trainer's ``deepspeed=``: sizes from the TrainingArguments ("auto"),
+    the Trainer's torch AdamW, and full weights gathered for saving."""
+    return {
+        "train_batch_size": "auto",
+        "train_micro_batch_size_per_gpu": "auto",
+        "gradient_accumulation_steps": "auto",
+        "gradient_clipping": "auto",
+        "zero_allow_untested_optimizer": True,
+        "zero_optimization": {"stage": stage, "stage3_gather_16bit_weights_on_model_save": True},
+    }
+
+
+def layout(name: str, micro: int, accumulation: int, **extra) -> dict:
+    return {"name": name, "micro": micro, "accumulation": accumulation, "steps": STEPS, **extra}
+
+
+# --- fixtures ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_model(qwen2_tokenizer, tmp_path_factory) -> Path:
+    return make_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), qwen2_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model):
+    from del_core.tokenizers import load_tokenizer
+
+    return load_tokenizer(tiny_model)
+
+
+@pytest.fixture(scope="module")
+def spec(tiny_model, tokenizer, tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("runs")
+    return {"model": str(tiny_model), "out": str(out), "rows": worker.make_rows(tokenizer, 8 * STEPS), "runs": []}
+
+
+def launch(nproc: int, spec: dict, runs: list[dict]) -> None:
+    """The worker under torch.distributed.run with ``nproc`` gloo processes on the CPU."""
+    path = Path(spec["out"]) / f"spec-{runs[0]['name']}.json"
+    path.write_text(json.dumps({**spec, "runs": runs}))
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc_per_node={nproc}",
+        f"--master_port={free_port()}",
+        str(WORKER),
+        str(path),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    if proc.returncode != 0:
+        raise AssertionError(f"worker exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+
+
+def result(spec: dict, name: str) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    out = Path(spec["out"])
+    return json.loads((out / f"{name}.json").read_text()), torch.load(out / f"{name}.pt")
+
+
+@pytest.fixture(scope="module")
+def one_process(spec) -> dict:
+    """1x4, 1x1 and 1x4 with per-micro-batch digit normalisation, in this process."""
+    runs = [layout("1x4", 2, 4), layout("1x1", 8, 1), layout("1x4-per-micro-batch", 2, 4, variant="per_micro_batch")]
+    for run in runs:
+        worker.save(worker.train(spec, run), Path(spec["out"]), run["name"])
+    return {run["name"]: result(spec, run["name"]) for run in runs}
+
+
+@pytest.fixture(scope="module")
+def two_processes(spec) -> dict:
+    """2x2 (DDP), and 2x2 with digits counted per rank (not all-reduced)."""
+    runs = [layout("2x2", 2, 2), layout("2x2-rank-local", 2, 2, variant="rank_local")]
+    launch(2, spec, runs)
+    return {run["name"]: result(spec, run["name"]) for run in runs}
+
+
+def loss_gap(a: list[dict], b: list[dict], key: str = "loss") -> float:
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(1, STEPS + 1))
+    return max(abs(x[key] - y[key]) for x, y in zip(a, b))
+
+
+def weight_gap(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+# --- (1) one batch: the adapter's loss is build_loss on the shifted logits ---------------------
+def one_batch_trainer(tiny_model, tokenizer, rows, tmp_path, loss: str) -> DELTrainer:
+    from transformers import AutoModelForCausalLM
+
+    args = worker.training_arguments(tmp_path, layout("one", 4, 1))
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    return DELTrainer(
+        model=model,
+        args=args,
+        train_dataset=rows,
+        data_collator=worker.collate(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        loss=loss,
+    )
+
+
+@pytest.mark.parametrize("name", ["del", "mle"])
+def test_one_batch_loss_and_gradient_equal_build_loss(name, tiny_model, tokenizer, spec, tmp_path):
+    """No accumulation, one process: the loss the adapter returns (and its gradient) is
+    ``build_loss(name, vocab)(logits[:, :-1], labels[:, 1:])`` to 1e-6; its window counts are the
+    Trainer's own ``num_items_in_batch`` and the labels' digit positions."""
+    trainer = one_batch_trainer(tiny_model, tokenizer, spec["rows"][:4], tmp_path, name)
+    model = trainer.model.train()
+    batch = next(iter(trainer.get_train_dataloader()))
+    _, num_items = trainer.get_batch_samples(iter([batch]), 1, trainer.args.device)
+    window = trainer._del_window
+    vocab = trainer.del_loss.vocab
+    assert int(window.num_tokens) == int(num_items) == int((batch["labels"][:, 1:] != -100).sum())
+    assert int(window.num_digits) == int(number_spans(batch["labels"][:, 1:], vocab).is_digit.sum()) > 0
+
+    loss = trainer.compute_loss(model, dict(batch))
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    reference = build_loss(name, vocab)(logits[:, :-1], batch["labels"][:, 1:]).loss
+    reference.backward()
+    assert abs(loss.item() - reference.item()) <= 1e-6, (loss.item(), reference.item())
+    assert max((grads[n] - p.grad).abs().max().item() for n, p in model.named_parameters()) <= 1e-6
+
+
+# --- (2) 1 process x accumulation 4 == 2 processes x accumulation 2 == the whole batch ----------
+def test_accumulation_and_ranks_give_the_whole_batch_loss_and_weights(one_process, two_processes):
+    """Per-step losses and final weights of 1x4, 2x2 and 1x1 agree to 1e-5 (DEL, lambda 0.5).
+
+    The two defective normalisations are each caught: per-micro-batch digit normalisation moves
+    1x4 away from the whole batch (1x1), and digits counted per rank move 2x2 away from 1x4. (A
+    per-micro-batch normaliser alone would NOT separate 1x4 from 2x2: both run the same
+    micro-batches; it is the comparison with the whole batch that catches it.)"""
+    runs = {**one_process, **two_processes}
+    (logs_14, w_14), (logs_22, w_22), (logs_11, w_11) = runs["1x4"], runs["2x2"], runs["1x1"]
+    gaps = {
+        "loss 1x4-2x2": loss_gap(logs_14, logs_22),
+        "loss 1x4-1x1": loss_gap(logs_14, logs_11),
+        "weights 1x4-2x2": weight_gap(w_14, w_22),
+        "weights 1x4-1x1": weight_gap(w_14, w_11),
+    }
+    print("\nequality gaps (max abs):", json.dumps(gaps))
+    assert all(gap <= TOL for gap in gaps.values()), gaps
+    for logs in (logs_14, logs_22):
+        assert all(math.isclose(r["loss"], r["ce"] + r["aux"], rel_tol=1e-6) for r in logs)
+        assert all(r["aux"] > 0 and 0 <= r["digit_acc"] <= 1 for r in logs)
+
+    naive_logs, naive_w = runs["1x4-per-micro-batch"]
+    local_logs, local_w = runs["2x2-rank-local"]
+    naive = {
+        "per-micro-batch vs 1x1 loss": loss_gap(naive_logs, logs_11),
+        "per-micro-batch vs 1x1 weights": weight_gap(naive_w, w_11),
+        "rank-local vs 1x4 loss": loss_gap(local_logs, logs_14),
+        "rank-local vs 1x4 weights": weight_gap(local_w, w_14),
+    }
+    print("defective variants (max abs):", json.dumps(naive))
+    assert all(gap > 100 * TOL for gap in naive.values()), naive
+
+
+# --- (3) DeepSpeed ZeRO-3 (and ZeRO-2) through the Trainer's deepspeed= argument ----------------
+def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
+    """2 processes x accumulation 2 under ZeRO-3 and ZeRO-2: finite, decreasing losses, the
+    1-process (1x4) first-step loss, and the same losses and final weights to 1e-5."""
+    runs = [layout("zero3", 2, 2, deepspeed=zero_config(3)), layout("zero2", 2, 2, deepspeed=zero_config(2))]
+    launch(2, spec, runs)
+    reference_logs, reference_w = one_process["1x4"]
+    for run in runs:
+        logs, weights = result(spec, run["name"])
+        losses = [r["loss"] for r in logs]
+        assert all(math.isfinite(x) for x in losses) and losses == sorted(losses, reverse=True), losses
+        assert abs(losses[0] - reference_logs[0]["loss"]) <= TOL
+        gaps = {"loss": loss_gap(logs, reference_logs), "weights": weight_gap(weights, reference_w)}
+        print(f"\n{run['name']} vs 1x4 (max abs):", json.dumps(gaps))
+        assert all(gap <= TOL for gap in gaps.values()), gaps
+
+
+# --- (4) refusals -------------------------------------------------------------------------------
+class HiddenStatesOnly(torch.nn.Module):
+    """A causal LM whose forward returns hidden states and no logits (as a fused loss head does)."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+        self.config = lm.config
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        return {"last_hidden_state": self.lm.model(input_ids=input_ids, attention_mask=attention_mask)[0]}
+
+
+class LastLogitsOnly(HiddenStatesOnly):
+    """A forward that keeps the logits of the last position only (``logits_to_keep=1``)."""
+
+    def forward(self, input_ids, attention_mask=None, **kwargs):
+        return {"logits": self.lm(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=1).logits}
+
+
+def trainer_for(tiny_model, tokenizer, rows, tmp_path, wrap=None, args_extra=None, **trainer_extra):
+    from transformers import AutoModelForCausalLM, TrainingArguments
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        remove_unused_columns=False,  # the wrappers' forward does not name labels
+        **(args_extra or {}),
+    )
+    return DELTrainer(
+        model=wrap(model) if wrap else model,
+        args=args,
+        train_dataset=rows,
+        data_collator=worker.collate(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        **trainer_extra,
+    )
+
+
+@pytest.mark.parametrize(
+    "args_extra, trainer_extra, named",
+    [
+        ({"use_liger_kernel": True}, {}, "use_liger_kernel=True"),
+        ({"label_smoothing_factor": 0.1}, {}, "label_smoothing_factor=0.1"),
+        ({}, {"compute_loss_func": lambda outputs, labels, num_items_in_batch: 0}, "compute_loss_func"),
+    ],
+    ids=["liger", "label-smoothing", "compute-loss-func"],
+)
+def test_settings_that_bypass_the_loss_are_refused(
+    args_extra, trainer_extra, named, tiny_model, tokenizer, spec, tmp_path
+):
+    with pytest.raises(UnsupportedSetupError, match=named.replace("=", ".")):
+        trainer_for(tiny_model, tokenizer, spec["rows"], tmp_path, args_extra=args_extra, **trainer_extra)
+
+
+@pytest.mark.parametrize(
+    "wrap, message",
+    [(HiddenStatesOnly, "returned no logits"), (LastLogitsOnly, "logits_to_keep")],
+    ids=["no-logits", "last-only"],
+)
+def test_a_forward_without_full_logits_is_refused(wrap, message, tiny_model, tokenizer, spec, tmp_path):
+    trainer = trainer_for(tiny_model, tokenizer, spec["rows"], tmp_path, wrap=wrap)
+    with pytest.raises(UnsupportedSetupError, match=message):
+        trainer.train()
+
+
+def test_compute_loss_outside_the_training_loop_is_refused(tiny_model, tokenizer, spec, tmp_path):
+    """In training mode the step's global counts must come from get_batch_samples."""
+    trainer = trainer_for(tiny_model, tokenizer, spec["rows"], tmp_path)
+    batch = next(iter(trainer.get_train_dataloader()))
+    with pytest.raises(RuntimeError, match="get_batch_samples"):
+        trainer.compute_loss(trainer.model.train(), batch)
+
+
+def test_del_core_imports_without_the_trainer():
+    """The losses import neither the Trainer, TRL nor DeepSpeed; the integration imports TRL only
+    when DELSFTTrainer is asked for."""
+    code = (
+        "import sys, del_core, del_core.losses\n"
+        "assert not {'transformers.trainer', 'trl', 'deepspeed'} & set(sys.modules), 'losses'\n"
+        "import del_core.integrations\n"
+        "assert 'trl' not in sys.modules, 'integrations'\n"
+        "print('ok')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+# --- TRL's SFTTrainer ----------------------------------------------------------------------------
+ADDITIONS = [(12, 30), (7, 5), (1234, 8766), (3, 4), (99, 1), (250, 250), (8, 8), (1000, 23)]
+
+
+def sft_trainer(tiny_model, tokenizer, tmp_path, **config):
+    pytest.importorskip("trl")
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig
+
+    from del_core.integrations import DELSFTTrainer
+
+    rows = [{"prompt": f"What is {a} + {b}?", "completion": f" {a} + {b} = {a + b}."} for a, b in ADDITIONS]
+    args = SFTConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=2,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        use_cpu=True,
+        bf16=False,  # TRL's default is bf16 autocast, also on CPU: the reference runs in fp32
+        save_strategy="no",
+        disable_tqdm=True,
+        train_sampling_strategy="sequential",
+        **config,
+    )
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    return DELSFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
+
+
+def test_trl_sft_trainer_first_step_is_the_whole_batch_loss(tiny_model, tokenizer, tmp_path):
+    """DELSFTTrainer (prompt-completion data: the prompt is masked by TRL) logs as its first-step
+    loss the DEL loss of the step's 4 rows in one batch, and trains on."""
+    trainer = sft_trainer(tiny_model, tokenizer, tmp_path)
+    first = list(trainer.get_train_dataloader())[:2]  # the micro-batches of step 1
+    width = max(b["input_ids"].shape[1] for b in first)
+    whole = {
+        key: torch.cat([torch.nn.functional.pad(b[key], (0, width - b[key].shape[1]), value=pad) for b in first])
+        for key, pad in (("input_ids", tokenizer.pad_token_id), ("attention_mask", 0), ("labels", -100))
+    }
+    with torch.no_grad():
+        logits = trainer.model(input_ids=whole["input_ids"], attention_mask=whole["attention_mask"]).logits
+    reference = build_loss("del", trainer.del_loss.vocab)(logits[:, :-1], whole["labels"][:, 1:])
+    assert int(reference.metrics["n_digits"]) > 0
+    trainer.train()
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    assert len(logs) == 2 and all(math.isfinite(h["loss"]) for h in logs)
+    # fp32 sums in another order (two micro-batches vs one batch)
+    assert math.isclose(logs[0]["loss"], reference.loss.item(), rel_tol=1e-6), (logs[0], reference.loss)
+    assert math.isclose(logs[0]["aux"], reference.aux.item(), rel_tol=1e-6), (logs[0], reference.aux)
+
+
+def test_trl_loss_types_that_would_be_replaced_are_refused(tiny_model, tokenizer, tmp_path):
+    with pytest.raises(UnsupportedSetupError, match="loss_type='dft'"):
+        sft_trainer(tiny_model, tokenizer, tmp_path, loss_type="dft")

@@ -1,0 +1,45 @@
+"""The README's Trainer examples (recipes/examples/) run as a user runs them, on a tiny random
+Qwen2 with the real Qwen2 tokenizer: the loss is del_core's, and its parts are logged."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers.shared import REPO, real_tokenizer
+from helpers.training import make_tiny_qwen2
+
+EXAMPLES = REPO / "recipes" / "examples"
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    return make_tiny_qwen2(
+        tmp_path_factory.mktemp("tiny-qwen2"), real_tokenizer("qwen2"), kv_heads=1, hidden=16, layers=1, heads=2
+    )
+
+
+def logged_steps(stdout: str) -> list[dict]:
+    """The Trainer's per-step log dicts printed on stdout (values are strings in transformers 5)."""
+    return [ast.literal_eval(line[line.index("{") :]) for line in stdout.splitlines() if "'ce':" in line]
+
+
+@pytest.mark.parametrize("script", ["hf_trainer.py", "trl_sft.py"])
+def test_example_trains_with_the_del_loss(script, tiny_model_dir, tmp_path):
+    if script == "trl_sft.py":
+        pytest.importorskip("trl")
+    command = [sys.executable, str(EXAMPLES / script), "--model", str(tiny_model_dir), "--steps", "2"]
+    command += ["--output-dir", str(tmp_path / "out")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "[del] loss del (lambda 0.128); digits: single-digit" in proc.stdout
+    steps = logged_steps(proc.stdout)
+    assert len(steps) == 2, proc.stdout[-2000:]
+    for step in steps:
+        loss, ce, aux = (float(step[key]) for key in ("loss", "ce", "aux"))
+        assert aux > 0 and abs(loss - (ce + aux)) <= 1e-3 * loss, step
