@@ -22,24 +22,33 @@ the step's gradient is the gradient of ``loss(whole global batch)``. The logged 
 over ranks of each rank's summed returns) is the loss of the global batch; ``ce``, ``aux``,
 ``digit_entropy`` and ``digit_acc`` are logged beside it, over the same steps.
 
-The model runs without labels, so its forward returns the full logits and computes no loss of its
-own; the Trainer's ``num_items_in_batch`` is not used (it has no digit count). Evaluation
+The model runs without labels, so its forward computes no loss of its own; the Trainer's
+``num_items_in_batch`` is not used (it has no digit count). With ``loss_path="logits"`` (default)
+the loss takes the model's full logits [B, T, V]. With ``loss_path="hidden"`` the forward keeps the
+logits of the last position only (``logits_to_keep=1``) and the loss takes the last hidden states
+and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidden``): the fp32
+[B, T, V] logits are never held (DDP and ZeRO-2; refused under ZeRO-3). Evaluation
 (``model.eval()``) normalises each batch by its own counts.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Optional, Union
 
 import torch
 from transformers import Trainer
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 from del_core.integrations.counting import TARGET_KEYS, WindowCounts, aligned_targets, window_target_counts
 from del_core.integrations.loss_setup import resolve_loss
 from del_core.integrations.setup_checks import (
     argument_problems,
+    head_weight,
+    loss_path_problems,
+    model_hidden_states,
     model_logits,
     model_problems,
     parallelism_problems,
@@ -58,7 +67,9 @@ class DELTrainerMixin:
     * ``loss``: a loss name of :func:`del_core.build_loss` (default ``"del"``) or a built
       :class:`del_core.NumericLoss` (which then carries its own vocabulary and options);
     * ``loss_weight``, ``loss_options``: lambda and the other options of ``build_loss``;
-    * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer.
+    * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer;
+    * ``loss_path``: ``"logits"`` (default) or ``"hidden"`` (chunked from the hidden states, never
+      holding the [B, T, V] logits; not under ZeRO-3), ``chunk_size`` tokens per chunk (256).
 
     Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
     ``compute_loss_func``, ``use_liger_kernel=True``, label smoothing, a TRL ``loss_type`` other
@@ -75,11 +86,14 @@ class DELTrainerMixin:
         loss_weight: Optional[float] = None,
         loss_options: Optional[dict] = None,
         vocab: Optional[DigitVocab] = None,
+        loss_path: str = "logits",
+        chunk_size: int = 256,
         **kwargs: Any,
     ):
         given = _bound_arguments(super().__init__, args, kwargs)
         raise_problems(argument_problems(given.get("args"), given.get("compute_loss_func")))
         super().__init__(*args, **kwargs)
+        self.del_loss_path, self.del_chunk_size = loss_path, chunk_size
         self._refuse_unsupported_setup()
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
         self._del_window: Optional[WindowCounts] = None
@@ -114,14 +128,12 @@ class DELTrainerMixin:
         this batch normalised by its own counts. ``num_items_in_batch`` is ignored."""
         window = self._take_window() if model.training else None
         targets = aligned_targets(inputs)
-        outputs = model(**self._forward_inputs(inputs))
-        logits = model_logits(outputs, targets, type(self.accelerator.unwrap_model(model)).__name__)
-        loss_fn = self._loss_on(logits.device)
+        outputs, score = self._forward(model, inputs, targets)
         if window is None:
-            loss = loss_fn(logits, targets).loss
+            loss = score().loss
         else:
             counts = self.loss_normalisers(window, targets)
-            out = loss_fn(logits, targets, num_tokens=counts.num_tokens, num_digits=counts.num_digits)
+            out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
             self._del_metrics.add(out)
             loss = out.loss * self.accelerator.num_processes
         return (loss, outputs) if return_outputs else loss
@@ -151,7 +163,24 @@ class DELTrainerMixin:
         problems = argument_problems(self.args, self.compute_loss_func)
         problems += parallelism_problems(self.args.n_gpu, self.get_tp_size(), self.get_cp_size(), self.get_sp_size())
         problems += model_problems(getattr(self.model, "config", None))
+        problems += loss_path_problems(self.del_loss_path, self.del_chunk_size, is_deepspeed_zero3_enabled())
         raise_problems(problems)
+
+    def _forward(self, model: torch.nn.Module, inputs: Mapping[str, Any], targets: torch.Tensor):
+        """(the model's outputs, the loss of this batch as a call taking the normalisers)."""
+        unwrapped = self.accelerator.unwrap_model(model)
+        name = type(unwrapped).__name__
+        if self.del_loss_path == "logits":
+            outputs = model(**self._forward_inputs(inputs))
+            logits = model_logits(outputs, targets, name)
+            return outputs, functools.partial(self._loss_on(logits.device), logits, targets)
+        outputs = model(**self._forward_inputs(inputs), output_hidden_states=True, logits_to_keep=1)
+        hidden = model_hidden_states(outputs, targets, name)
+        loss_fn = self._loss_on(hidden.device)
+        score = functools.partial(
+            loss_fn.from_hidden, hidden, head_weight(unwrapped), targets, chunk_size=self.del_chunk_size
+        )
+        return outputs, score
 
     def _take_window(self) -> WindowCounts:
         if self._del_window is None or self._del_left <= 0:

@@ -68,6 +68,20 @@ def model_problems(config: Any) -> list[str]:
     return []
 
 
+def loss_path_problems(loss_path: str, chunk_size: int, zero3: bool) -> list[str]:
+    """An unknown ``loss_path``, a chunk size below 1, and the hidden-state path under ZeRO-3 (its
+    LM-head weight is partitioned outside the model's forward, so the loss could not read it)."""
+    if loss_path not in ("logits", "hidden"):
+        return [f"loss_path={loss_path!r}: choose 'logits' (the model's logits) or 'hidden' (from hidden states)"]
+    problems = [] if chunk_size >= 1 else [f"chunk_size={chunk_size}: must be >= 1"]
+    if loss_path == "hidden" and zero3:
+        problems.append(
+            "loss_path='hidden' under DeepSpeed ZeRO-3: the LM-head weight is partitioned outside the forward; "
+            "use ZeRO-2 (or recipes/train.py loss.path=chunked, which gathers it under ZeRO-3)"
+        )
+    return problems
+
+
 def raise_problems(problems: list[str]) -> None:
     """Raise :class:`UnsupportedSetupError` listing ``problems`` (nothing when empty)."""
     if problems:
@@ -93,3 +107,32 @@ def model_logits(outputs: Any, targets: torch.Tensor, model_name: str) -> torch.
             "every input position needs its logits (do not pass logits_to_keep)"
         )
     return logits
+
+
+def model_hidden_states(outputs: Any, targets: torch.Tensor, model_name: str) -> torch.Tensor:
+    """The last hidden states [..., T, H] of ``outputs`` (a forward with ``output_hidden_states``:
+    after the final norm, the LM head's input), checked against the targets [..., T]."""
+    states = outputs.get("hidden_states") if isinstance(outputs, Mapping) else None
+    if not states:
+        raise UnsupportedSetupError(
+            f"the forward of {model_name} returned no hidden_states with output_hidden_states=True: "
+            "loss_path='hidden' needs them; use loss_path='logits'"
+        )
+    if states[-1].shape[:-1] != targets.shape:
+        raise UnsupportedSetupError(
+            f"the forward of {model_name} returned hidden states {tuple(states[-1].shape)} for targets "
+            f"{tuple(targets.shape)}: every input position needs its hidden state"
+        )
+    return states[-1]
+
+
+def head_weight(model: torch.nn.Module) -> torch.Tensor:
+    """The LM-head weight [V, H] (the parameter itself: gradients flow into it); refuses a head
+    with a bias (the chunked path scores ``hidden @ weight.T`` only)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    if weight is None or weight.dim() != 2:
+        raise UnsupportedSetupError(f"loss_path='hidden': {type(model).__name__} has no [V, H] LM-head weight")
+    if getattr(head, "bias", None) is not None:
+        raise UnsupportedSetupError("loss_path='hidden': the LM head has a bias; use loss_path='logits'")
+    return weight

@@ -5,7 +5,7 @@ for a few steps and writes what the tests compare. One process, or under torch.d
 
 SPEC: ``{"model": DIR, "out": DIR, "rows": [{"input_ids": [...], "labels": [...]}, ...],
 "runs": [RUN, ...]}`` with RUN ``{"name", "micro", "accumulation", "steps", "variant",
-"deepspeed"}``. ``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong
+"deepspeed", "loss_path"}``. ``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong
 normalisation: ``"per_micro_batch"`` (each micro-batch's digit term divided by its own digit count)
 or ``"rank_local"`` (digits counted over this rank's window only, not all-reduced). ``deepspeed``
 is a DeepSpeed config dict or null. Rank 0 writes ``OUT/NAME.json`` (the Trainer's per-step logs)
@@ -147,6 +147,8 @@ def train(spec: dict, run: dict) -> DELTrainer:
         processing_class=tokenizer,
         loss="del",
         loss_weight=run.get("weight", 0.5),
+        loss_path=run.get("loss_path", "logits"),
+        chunk_size=7,  # several chunks per micro-batch
     )
     trainer.train()
     return trainer
