@@ -1,0 +1,11 @@
+"""A from-scratch numeric-learning benchmark: small random-initialised models trained on seeded
+arithmetic with every loss, the same data, steps and seeds, and paired confidence intervals.
+
+    tasks.py      the seeded problem generator and its disjoint train / validation / test / OOD splits
+    tokenizer.py  a character-level tokenizer (``tokenizers``) with one token per digit
+    runs.py       one run: build the model, train with one loss, evaluate, write its result file
+    scoring.py    greedy answers -> exact match, MAE, log-MAE, per-place digit accuracy
+    statistics.py paired differences over seeds with t confidence intervals
+    protocol.py   lambda chosen on validation per loss, then the test seeds; resumable
+    report.py     the markdown table and the plot
+"""

@@ -1,0 +1,217 @@
+"""The benchmark's report: per loss the test scores with 95% intervals, the paired difference to
+MLE with its verdict, per-place digit accuracy, the lambda selection, and a plot.
+
+Every difference is printed with its interval; the verdict is "better" / "worse" only when the
+paired 95% interval excludes 0, else "no difference".
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+from del_core.arithmetic.config import BenchConfig
+from del_core.arithmetic.protocol import BenchOutcome
+from del_core.arithmetic.runs import RunResult
+from del_core.arithmetic.statistics import Interval, paired_difference, t_interval, verdict
+
+# (key of EvalResult, label, scale for printing, higher is better)
+METRICS = (
+    ("exact_acc", "exact %", 100.0, True),
+    ("log_mae", "log-MAE", 1.0, False),
+    ("mae", "MAE", 1.0, False),
+    ("tf_digit_entropy", "digit H (nats)", 1.0, False),
+)
+
+
+def by_seed(results: Sequence[RunResult], loss: str, phase: str, split: str, key: str) -> dict[int, float]:
+    return {r.spec.seed: getattr(r.evals[split], key) for r in results if r.spec.loss == loss and r.spec.phase == phase}
+
+
+def place_by_seed(results: Sequence[RunResult], loss: str, split: str, place: str) -> dict[int, float]:
+    runs = [r for r in results if r.spec.loss == loss and r.spec.phase == "test"]
+    return {r.spec.seed: r.evals[split].place_acc[place] for r in runs if place in r.evals[split].place_acc}
+
+
+def summarise(config: BenchConfig, results: Sequence[RunResult]) -> dict[str, Any]:
+    """loss -> split -> metric -> {"mean", "half_width", "diff", "diff_half_width", "verdict"}."""
+    summary: dict[str, Any] = {}
+    for loss in config.losses:
+        summary[loss] = {}
+        for split in ("test", "ood"):
+            summary[loss][split] = {key: _cell(results, loss, split, key, higher) for key, _, _, higher in METRICS}
+    summary["untrained"] = {
+        split: {
+            key: _interval_dict(t_interval(list(by_seed(results, "mle", "untrained", split, key).values())))
+            for key, *_ in METRICS
+        }
+        for split in ("test", "ood")
+    }
+    return summary
+
+
+def _interval_dict(interval: Interval) -> dict[str, Any]:
+    return {"mean": interval.mean, "half_width": interval.half_width, "n": interval.n}
+
+
+def _cell(results, loss: str, split: str, key: str, higher: bool) -> dict[str, Any]:
+    values = by_seed(results, loss, "test", split, key)
+    cell = _interval_dict(t_interval(list(values.values())))
+    if loss != "mle":
+        diff = paired_difference(values, by_seed(results, "mle", "test", split, key))
+        cell |= {"diff": diff.mean, "diff_half_width": diff.half_width, "verdict": verdict(diff, higher)}
+    return cell
+
+
+def _pm(mean: float, half: Optional[float], scale: float, digits: int, signed: bool = False) -> str:
+    text = f"{scale * mean:+.{digits}f}" if signed else f"{scale * mean:.{digits}f}"
+    return text + (f" ± {scale * half:.{digits}f}" if half is not None else "")
+
+
+def results_table(config: BenchConfig, summary: dict, chosen: dict[str, float], split: str) -> list[str]:
+    """Markdown rows: per loss its lambda, each metric with its interval and the paired
+    difference to MLE with its interval and verdict."""
+    header = "| loss | lambda | " + " | ".join(f"{label} | Δ vs MLE" for _, label, _, _ in METRICS) + " |"
+    lines = [header, "|" + "---|" * (2 + 2 * len(METRICS))]
+    for loss in ("untrained", *config.losses):
+        cells = [loss, "-" if loss in ("untrained", "mle") else str(chosen.get(loss, "-"))]
+        for key, _, scale, _ in METRICS:
+            c = summary[loss][split][key]
+            digits = 1 if scale == 100.0 else 3
+            cells.append(_pm(c["mean"], c["half_width"], scale, digits))
+            if "diff" in c:
+                cells.append(f"{_pm(c['diff'], c['diff_half_width'], scale, digits, True)} ({c['verdict']})")
+            else:
+                cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def place_table(config: BenchConfig, results: Sequence[RunResult], split: str = "test") -> list[str]:
+    """Markdown rows: per loss the mean accuracy (%) at each place of the gold answers, and for the
+    other losses the paired difference to MLE in points with its interval."""
+    places = sorted(
+        {p for r in results if r.spec.phase == "test" for p in r.evals[split].place_acc},
+        key=lambda p: -int(p.split("^")[1]),
+    )
+    places = [p for p in places if -3 <= int(p.split("^")[1]) <= 3]
+    lines = ["| loss | " + " | ".join(places) + " |", "|" + "---|" * (1 + len(places))]
+    mle = {p: place_by_seed(results, "mle", split, p) for p in places}
+    for loss in config.losses:
+        cells = [loss]
+        for place in places:
+            values = place_by_seed(results, loss, split, place)
+            cell = f"{100 * t_interval(list(values.values())).mean:.1f}"
+            if loss != "mle" and values:
+                diff = paired_difference(values, mle[place])
+                cell += f" ({_pm(diff.mean, diff.half_width, 100.0, 1, True)})"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def selection_table(selected: Sequence[RunResult]) -> list[str]:
+    """Markdown rows: per tuned loss and lambda, the mean validation exact accuracy and log-MAE."""
+    lines = ["| loss | lambda | val exact % | val log-MAE | seeds |", "|---|---|---|---|---|"]
+    for loss, weight in sorted({(r.spec.loss, r.spec.weight) for r in selected}):
+        runs = [r.evals["val"] for r in selected if (r.spec.loss, r.spec.weight) == (loss, weight)]
+        acc = 100 * sum(e.exact_acc for e in runs) / len(runs)
+        log_mae = sum(e.log_mae for e in runs) / len(runs)
+        lines.append(f"| {loss} | {weight:g} | {acc:.1f} | {log_mae:.3f} | {len(runs)} |")
+    return lines
+
+
+def achieved_half_width(config: BenchConfig, summary: dict) -> Optional[float]:
+    """The widest 95% half-width (points) of an exact-accuracy difference to MLE on the test split."""
+    widths = [summary[loss]["test"]["exact_acc"].get("diff_half_width") for loss in config.losses if loss != "mle"]
+    widths = [w for w in widths if w is not None]
+    return 100 * max(widths) if widths else None
+
+
+def markdown(
+    config: BenchConfig,
+    summary: dict,
+    chosen: dict[str, float],
+    results: Sequence[RunResult],
+    selected: Sequence[RunResult] = (),
+) -> str:
+    half = achieved_half_width(config, summary)
+    half_text = "n/a" if half is None else f"{half:.2f} points"
+    lines = [
+        "# Numeric-loss benchmark (from scratch)",
+        "",
+        f"Model: Llama-architecture, hidden {config.hidden}, {config.layers} layers, random init; {config.steps} steps "
+        f"of {config.batch_size} problems ({', '.join(config.tasks)}; operands up to {config.digits} digits). "
+        f"Test {config.test_size} problems, OOD ({config.digits + 1} digits) {config.ood_size}; seeds "
+        f"{list(config.seeds)} (paired: same initial weights and batches for every loss). Lambdas chosen on "
+        f"{config.val_size} validation problems with seeds {list(config.select_seeds)}: {json.dumps(chosen)}.",
+        "",
+        f"Intervals are 95% t intervals over seeds; Δ is the paired difference to MLE. Widest half-width of an "
+        f"exact-accuracy difference: {half_text} (target <= {config.target_half_width:g}).",
+        "",
+        "## Test split",
+        "",
+        *results_table(config, summary, chosen, "test"),
+        "",
+        f"## Out of distribution ({config.digits + 1}-digit operands)",
+        "",
+        *results_table(config, summary, chosen, "ood"),
+        "",
+        "## Per-place digit accuracy, test split (%; Δ vs MLE in points)",
+        "",
+        *place_table(config, results),
+        "",
+        "## Lambda selection (validation split)",
+        "",
+        *selection_table(selected),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def plot(config: BenchConfig, summary: dict, results: Sequence[RunResult], path: Path) -> Path:
+    """Exact accuracy and log-MAE per loss with their 95% intervals, and the mean training CE."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    losses = list(config.losses)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, (key, label, scale, _) in zip(axes[:2], METRICS[:2]):
+        cells = [summary[loss]["test"][key] for loss in losses]
+        ax.bar(
+            losses,
+            [scale * c["mean"] for c in cells],
+            yerr=[scale * (c["half_width"] or 0) for c in cells],
+            capsize=4,
+            color="#4c72b0",
+        )
+        ax.set_title(f"test {label} (95% CI over seeds)")
+        ax.tick_params(axis="x", rotation=45)
+    for loss in losses:
+        curves = [r.curve for r in results if r.spec.loss == loss and r.spec.phase == "test" and r.curve]
+        if curves:
+            steps = [p["step"] for p in curves[0]]
+            axes[2].plot(steps, [sum(c[i]["ce"] for c in curves) / len(curves) for i in range(len(steps))], label=loss)
+    axes[2].set_title("training CE (mean over seeds)")
+    axes[2].set_xlabel("step")
+    axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_report(outcome: BenchOutcome) -> Path:
+    """OUTPUT_ROOT/report.md, summary.json and report.png; returns the markdown's path."""
+    config, chosen, results = outcome.config, outcome.chosen, outcome.results
+    root = Path(config.output_root)
+    summary = summarise(config, results)
+    (root / "summary.json").write_text(json.dumps({"chosen": chosen, "summary": summary}, indent=1))
+    path = root / "report.md"
+    path.write_text(markdown(config, summary, chosen, results, outcome.selected))
+    plot(config, summary, results, root / "report.png")
+    return path

@@ -1,0 +1,182 @@
+"""One benchmark run: a random-initialised model trained with one loss, then evaluated.
+
+A run is a function of its :class:`RunSpec` (loss, lambda, seed) and the benchmark configuration:
+the seed fixes the initial weights and the order of the training problems, so every loss sees the
+same model and the same batches. The loop is a plain single-process torch loop rather than the
+DeepSpeed trainer: a benchmark is a hundred runs of well under a minute each, on models of a few
+hundred thousand parameters, where the engine's start-up alone would dominate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from del_core import DigitVocab, NumericLoss, build_loss
+from del_core.arithmetic.config import BenchConfig
+from del_core.arithmetic.scoring import EvalResult, evaluate
+from del_core.arithmetic.tasks import Problem, make_split
+from del_core.arithmetic.tokenizer import build_tokenizer
+from del_core.spans import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What distinguishes one run: the loss, its lambda (None: the loss has none), the seed, and
+    the phase ("select": scored on the validation split; "test": on the test and OOD splits;
+    "untrained": the initial weights of the seed, not trained, scored like "test")."""
+
+    loss: str
+    weight: Optional[float]
+    seed: int
+    phase: str
+
+    @property
+    def name(self) -> str:
+        weight = "none" if self.weight is None else f"{self.weight:g}"
+        return f"{self.phase}/{self.loss}-w{weight}-s{self.seed}"
+
+
+@dataclass
+class RunResult:
+    """A finished run: its spec, per-split evaluation, the training curve and its wall time."""
+
+    spec: RunSpec
+    evals: dict[str, EvalResult]
+    curve: list[dict[str, float]]
+    wall_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spec": asdict(self.spec), "evals": {k: asdict(v) for k, v in self.evals.items()}, **self._rest()}
+
+    def _rest(self) -> dict[str, Any]:
+        return {"curve": self.curve, "wall_s": self.wall_s}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RunResult:
+        evals = {k: EvalResult(**v) for k, v in data["evals"].items()}
+        return cls(RunSpec(**data["spec"]), evals, data["curve"], data["wall_s"])
+
+
+def build_model(config: BenchConfig, vocab_size: int, seed: int) -> torch.nn.Module:
+    """A random-initialised Llama-architecture causal LM of the configured size (fp32)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    model_config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=config.hidden,
+        intermediate_size=4 * config.hidden,
+        num_hidden_layers=config.layers,
+        num_attention_heads=config.heads,
+        num_key_value_heads=config.heads,
+        max_position_embeddings=64,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+    )
+    return LlamaForCausalLM(model_config)
+
+
+def encode_batch(problems: list[Problem], tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(input ids [B, T], aligned targets [B, T]): prompt + answer + EOS, right-padded; position t
+    predicts token t + 1 where that token is in the answer or EOS, else -100."""
+    rows = []
+    for problem in problems:
+        prompt = tokenizer(problem.prompt, add_special_tokens=False)["input_ids"]
+        answer = tokenizer(problem.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append((prompt + answer, [IGNORE_INDEX] * (len(prompt) - 1) + answer + [IGNORE_INDEX]))
+    width = max(len(ids) for ids, _ in rows)
+    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    targets = torch.full((len(rows), width), IGNORE_INDEX)
+    for i, (ids, tgt) in enumerate(rows):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        targets[i, : len(tgt)] = torch.tensor(tgt)
+    return input_ids, targets
+
+
+def make_loss(spec: RunSpec, vocab: DigitVocab, model: torch.nn.Module) -> NumericLoss:
+    """The run's loss; EMO's cost embedding is the LM head at initialisation (frozen copy)."""
+    options = {}
+    if spec.loss == "emo":
+        options["cost_embedding"] = model.get_output_embeddings().weight.detach().clone()
+    return build_loss(spec.loss, vocab, spec.weight, **options)
+
+
+def learning_rate(config: BenchConfig, step: int) -> float:
+    """Linear warm-up over ``warmup_steps``, then cosine decay to 10% of ``lr`` at ``steps``."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(config: BenchConfig, spec: RunSpec, model, loss_fn: NumericLoss, tokenizer) -> list[dict[str, float]]:
+    """``config.steps`` AdamW steps of ``config.batch_size`` training problems (the order a function
+    of the seed); returns the curve (loss, ce, aux every ``config.log_every`` steps)."""
+    problems = make_split("train", config.train_size, config.digits, 0, config.tasks, unique=False)
+    order = torch.randperm(len(problems), generator=torch.Generator().manual_seed(spec.seed)).tolist()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.98))
+    model.train()
+    curve = []
+    for step in range(config.steps):
+        start = (step * config.batch_size) % len(order)
+        batch = [problems[order[(start + i) % len(order)]] for i in range(config.batch_size)]
+        input_ids, targets = encode_batch(batch, tokenizer)
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(config, step)
+        out = loss_fn(model(input_ids=input_ids, attention_mask=input_ids != tokenizer.pad_token_id).logits, targets)
+        optimizer.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
+            curve.append({"step": step + 1, "loss": out.loss.item(), "ce": out.ce.item(), "aux": out.aux.item()})
+    return curve
+
+
+def eval_splits(spec: RunSpec) -> tuple[str, ...]:
+    return ("val",) if spec.phase == "select" else ("test", "ood")
+
+
+def run_one(config: BenchConfig, spec: RunSpec) -> RunResult:
+    """Train and evaluate one run (in this process, ``config.threads`` torch threads)."""
+    torch.set_num_threads(config.threads)
+    begin = time.perf_counter()
+    tokenizer = build_tokenizer()
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    model = build_model(config, len(tokenizer), spec.seed)
+    curve = [] if spec.phase == "untrained" else train(config, spec, model, make_loss(spec, vocab, model), tokenizer)
+    evals = {}
+    for split in eval_splits(spec):
+        problems = make_split(split, config.eval_size(split), config.digits, 0, config.tasks)
+        evals[split] = evaluate(model, tokenizer, vocab, problems, config.eval_batch_size)
+    return RunResult(spec, evals, curve, time.perf_counter() - begin)
+
+
+def result_path(root: Path, spec: RunSpec) -> Path:
+    return root / "runs" / f"{spec.name}.json"
+
+
+def load_result(root: Path, spec: RunSpec) -> Optional[RunResult]:
+    """The finished run's result, or None when it has not finished (resumable runs)."""
+    path = result_path(root, spec)
+    return RunResult.from_json(json.loads(path.read_text())) if path.is_file() else None
+
+
+def save_result(root: Path, result: RunResult) -> Path:
+    """Write the result atomically (a temporary file renamed into place: never half-written)."""
+    path = result_path(root, result.spec)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_suffix(f".tmp{os.getpid()}")
+    staging.write_text(json.dumps(result.to_json(), indent=1))
+    os.replace(staging, path)
+    return path
