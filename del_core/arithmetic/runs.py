@@ -121,7 +121,7 @@ def learning_rate(config: BenchConfig, step: int) -> float:
 
 def train(config: BenchConfig, spec: RunSpec, model, loss_fn: NumericLoss, tokenizer) -> list[dict[str, float]]:
     """``config.steps`` AdamW steps of ``config.batch_size`` training problems (the order a function
-    of the seed); returns the curve (loss, ce, aux every ``config.log_every`` steps)."""
+    of the seed); returns the curve (loss, ce, aux at step 1 and every ``config.log_every`` steps)."""
     problems = make_split("train", config.train_size, config.digits, 0, config.tasks, unique=False)
     order = torch.randperm(len(problems), generator=torch.Generator().manual_seed(spec.seed)).tolist()
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.98))
@@ -130,7 +130,7 @@ def train(config: BenchConfig, spec: RunSpec, model, loss_fn: NumericLoss, token
     for step in range(config.steps):
         start = (step * config.batch_size) % len(order)
         batch = [problems[order[(start + i) % len(order)]] for i in range(config.batch_size)]
-        input_ids, targets = encode_batch(batch, tokenizer)
+        input_ids, targets = (t.to(config.device) for t in encode_batch(batch, tokenizer))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(config, step)
         out = loss_fn(model(input_ids=input_ids, attention_mask=input_ids != tokenizer.pad_token_id).logits, targets)
@@ -138,7 +138,8 @@ def train(config: BenchConfig, spec: RunSpec, model, loss_fn: NumericLoss, token
         out.loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        if (step + 1) % config.log_every == 0 or step + 1 == config.steps:
+        # Step 1 too: the ratio aux / CE at the start is what a lambda rule for new models reads.
+        if step == 0 or (step + 1) % config.log_every == 0 or step + 1 == config.steps:
             curve.append({"step": step + 1, "loss": out.loss.item(), "ce": out.ce.item(), "aux": out.aux.item()})
     return curve
 
@@ -153,12 +154,12 @@ def run_one(config: BenchConfig, spec: RunSpec) -> RunResult:
     begin = time.perf_counter()
     tokenizer = build_tokenizer()
     vocab = DigitVocab.from_tokenizer(tokenizer)
-    model = build_model(config, len(tokenizer), spec.seed)
+    model = build_model(config, len(tokenizer), spec.seed).to(config.device)
     curve = [] if spec.phase == "untrained" else train(config, spec, model, make_loss(spec, vocab, model), tokenizer)
     evals = {}
     for split in eval_splits(spec):
         problems = make_split(split, config.eval_size(split), config.digits, 0, config.tasks)
-        evals[split] = evaluate(model, tokenizer, vocab, problems, config.eval_batch_size)
+        evals[split] = evaluate(model, tokenizer, vocab, problems, config.eval_batch_size, config.device)
     return RunResult(spec, evals, curve, time.perf_counter() - begin)
 
 

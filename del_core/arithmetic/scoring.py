@@ -79,7 +79,9 @@ def _place_order(item: tuple[str, list[bool]]) -> int:
 
 
 @torch.no_grad()
-def teacher_forced(model, tokenizer, vocab: DigitVocab, problems: Sequence[Problem], batch_size: int) -> dict:
+def teacher_forced(
+    model, tokenizer, vocab: DigitVocab, problems: Sequence[Problem], batch_size: int, device: str = "cpu"
+) -> dict:
     """CE per answer token, digit entropy and digit accuracy over the gold answers (MLE's metrics)."""
     from del_core.arithmetic.runs import encode_batch
 
@@ -88,7 +90,8 @@ def teacher_forced(model, tokenizer, vocab: DigitVocab, problems: Sequence[Probl
     was_training = model.training
     model.eval()
     for start in range(0, len(problems), batch_size):
-        input_ids, targets = encode_batch(list(problems[start : start + batch_size]), tokenizer)
+        batch = encode_batch(list(problems[start : start + batch_size]), tokenizer)
+        input_ids, targets = (t.to(device) for t in batch)
         logits = model(input_ids=input_ids, attention_mask=input_ids != tokenizer.pad_token_id).logits
         out = loss_fn(logits, targets)
         tokens, digits = float(out.metrics["n_tokens"]), float(out.metrics["n_digits"])
