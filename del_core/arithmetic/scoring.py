@@ -108,12 +108,12 @@ def teacher_forced(
     }
 
 
-def evaluate(model, tokenizer, vocab: DigitVocab, problems: Sequence[Problem], batch_size: int) -> EvalResult:
+def evaluate(
+    model, tokenizer, vocab: DigitVocab, problems: Sequence[Problem], batch_size: int, device: str = "cpu"
+) -> EvalResult:
     """Greedy answers (at most the longest gold answer + 2 tokens) and teacher-forced statistics."""
     max_new = max(len(p.answer) for p in problems) + 2
-    outputs = generate_greedy(
-        model, tokenizer, [p.prompt for p in problems], max_new, "cpu", batch_size=batch_size, desc="answers"
-    )
-    return EvalResult(
-        **score_answers(problems, outputs), **teacher_forced(model, tokenizer, vocab, problems, batch_size)
-    )
+    prompts = [p.prompt for p in problems]
+    outputs = generate_greedy(model, tokenizer, prompts, max_new, device, batch_size=batch_size, desc="answers")
+    forced = teacher_forced(model, tokenizer, vocab, problems, batch_size, device)
+    return EvalResult(**score_answers(problems, outputs), **forced)
