@@ -1,9 +1,12 @@
 """Tokenised training examples: prompt masking, truncation, shuffling, packing and collation.
 
-Each row becomes
+Under ``prompt_format=alpaca`` each row becomes
 
     input_ids = prompt + output + EOS          (prompt: :func:`del_core.data.prompting.format_prompt`)
     targets[t] = input_ids[t + 1] for positions whose next token is in the output or EOS, else -100
+
+and under ``chat`` the chat template's tokens of the conversation, whose targets are the assistant
+turns' contents and end-of-turn markers (:func:`del_core.data.chat.conversation_tokens`).
 
 so ``targets`` is already aligned with the positions that predict it (the losses of del_core take
 it as is; nothing shifts later). Packing puts several examples in one sequence: position ids
@@ -21,8 +24,16 @@ from typing import Any, Optional
 
 import torch
 
-from del_core.data.prompting import format_prompt
-from del_core.data.rows import DataError
+from del_core.data.chat import MaskedTokens, conversation_tokens
+from del_core.data.prompting import (
+    ALPACA_FORMAT,
+    PROMPT_FORMATS,
+    alpaca_fields,
+    alpaca_messages,
+    prompt_ids,
+    require_chat_template,
+)
+from del_core.data.rows import DataError, is_conversation
 from del_core.spans import IGNORE_INDEX, NumberSpans, invalid_labels, number_spans
 from del_core.vocab import DigitVocab
 
@@ -44,6 +55,18 @@ class EncodeReport:
     truncated_examples: int = 0
     truncated_tokens: int = 0
     target_tokens: int = 0
+    dropped_examples: int = 0  # no target token left after truncation
+
+    @classmethod
+    def from_counts(cls, truncated: Sequence[int], targets: Sequence[int]) -> EncodeReport:
+        """The report of examples with these cut-off token counts and target token counts."""
+        return cls(
+            examples=len(truncated),
+            truncated_examples=sum(1 for n in truncated if n),
+            truncated_tokens=int(sum(truncated)),
+            target_tokens=int(sum(targets)),
+            dropped_examples=sum(1 for n in targets if not n),
+        )
 
     def summary(self) -> str:
         share = self.truncated_examples / max(self.examples, 1)
@@ -53,42 +76,52 @@ class EncodeReport:
         )
 
 
-def prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
-    """The token ids of a prompt, as training and every generation back end encode it: the text
-    alone, no special tokens added (the templates carry their own structure)."""
-    return tokenizer(prompt, add_special_tokens=False)["input_ids"]
-
-
-def encode(row: dict[str, str], tokenizer: Any, max_length: int) -> Example:
-    """Tokenize one row: prompt masked, EOS appended, cut to ``max_length`` tokens."""
+def _alpaca_tokens(row: dict, tokenizer: Any, where: str) -> MaskedTokens:
     if tokenizer.eos_token_id is None:
         raise DataError("the tokenizer has no EOS token; set tokenizer.eos_token")
-    prompt = prompt_ids(tokenizer, format_prompt(row["instruction"], row.get("input", "")))
-    response = tokenizer(row["output"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    ids = prompt + response
-    # Position t predicts token t + 1: targets are the response tokens, shifted by one.
-    targets = [IGNORE_INDEX] * (len(prompt) - 1) + response + [IGNORE_INDEX]
+    fields = alpaca_fields(row, where)
+    prompt = prompt_ids(tokenizer, ALPACA_FORMAT.question(fields["instruction"], fields.get("input", "")))
+    response = tokenizer(fields["output"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return MaskedTokens(prompt + response, [False] * len(prompt) + [True] * len(response))
+
+
+def _example(tokens: MaskedTokens, max_length: int) -> Example:
+    """Targets aligned with the positions that predict them, cut to ``max_length`` tokens."""
+    ids, is_target = tokens.input_ids, tokens.is_target
+    # Position t predicts token t + 1; the last position predicts nothing.
+    targets = [ids[t + 1] if is_target[t + 1] else IGNORE_INDEX for t in range(len(ids) - 1)] + [IGNORE_INDEX]
     cut = max(0, len(ids) - max_length)
     if cut:
         ids, targets = ids[:max_length], targets[: max_length - 1] + [IGNORE_INDEX]
     return Example(ids, targets, cut)
 
 
-def encode_all(rows: Iterable[dict[str, str]], tokenizer: Any, max_length: int) -> tuple[list[Example], EncodeReport]:
+def encode(row: dict, tokenizer: Any, max_length: int, prompt_format: str = "alpaca", where: str = "row") -> Example:
+    """Tokenize one validated row (:func:`del_core.data.rows.check_row`) under ``prompt_format``:
+    only the response (alpaca: output + EOS; chat: the assistant turns) is targeted, cut to
+    ``max_length`` tokens. :class:`DataError` names ``where`` for a row the format cannot encode."""
+    if prompt_format not in PROMPT_FORMATS:
+        raise DataError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {prompt_format!r}")
+    if prompt_format == "alpaca":
+        return _example(_alpaca_tokens(row, tokenizer, where), max_length)
+    require_chat_template(tokenizer)
+    messages = row["messages"] if is_conversation(row) else alpaca_messages(row)
+    return _example(conversation_tokens(messages, tokenizer, where), max_length)
+
+
+def target_count(example: Example) -> int:
+    """The tokens ``example`` trains on (0: its response was cut away; it is dropped)."""
+    return sum(t != IGNORE_INDEX for t in example.targets)
+
+
+def encode_all(
+    rows: Iterable[dict], tokenizer: Any, max_length: int, prompt_format: str = "alpaca"
+) -> tuple[list[Example], EncodeReport]:
     """Encode every row; examples whose response is cut away entirely are dropped and counted."""
-    report = EncodeReport()
-    examples = []
-    for row in rows:
-        example = encode(row, tokenizer, max_length)
-        report.examples += 1
-        if example.truncated:
-            report.truncated_examples += 1
-            report.truncated_tokens += example.truncated
-        n_targets = sum(t != IGNORE_INDEX for t in example.targets)
-        if n_targets:
-            examples.append(example)
-            report.target_tokens += n_targets
-    return examples, report
+    examples = [encode(row, tokenizer, max_length, prompt_format, f"row {i}") for i, row in enumerate(rows)]
+    counts = [target_count(example) for example in examples]
+    report = EncodeReport.from_counts([example.truncated for example in examples], counts)
+    return [example for example, n in zip(examples, counts) if n], report
 
 
 def shuffled(items: Sequence[Any], seed: int) -> list[Any]:
@@ -108,26 +141,43 @@ class Packed:
     lengths: list[int]
 
 
-def pack(examples: Sequence[Example], max_length: int) -> list[Packed]:
-    """Greedy packing in order: an example goes into the current sequence while it fits."""
-    sequences: list[Packed] = []
-    current = Packed([], [], [], [])
-    for example in examples:
-        n = len(example.input_ids)
+def pack_groups(lengths: Sequence[int], max_length: int) -> list[list[int]]:
+    """Greedy packing in order: the positions of ``lengths`` each sequence holds; an example goes
+    into the current sequence while it fits."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = 0
+    for index, n in enumerate(lengths):
         if n > max_length:
             raise DataError(
                 f"an example of {n} tokens exceeds max_length {max_length}; encode with the same max_length"
             )
-        if current.lengths and len(current.input_ids) + n > max_length:
-            sequences.append(current)
-            current = Packed([], [], [], [])
-        current.input_ids += example.input_ids
-        current.targets += example.targets  # each ends with -100: nothing predicts across examples
-        current.position_ids += list(range(n))
-        current.lengths.append(n)
-    if current.lengths:
-        sequences.append(current)
-    return sequences
+        if current and used + n > max_length:
+            groups.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += n
+    if current:
+        groups.append(current)
+    return groups
+
+
+def join(examples: Sequence[Example]) -> Packed:
+    """One packed sequence of ``examples``, in order (each ends with -100: nothing predicts across)."""
+    packed = Packed([], [], [], [])
+    for example in examples:
+        n = len(example.input_ids)
+        packed.input_ids += example.input_ids
+        packed.targets += example.targets
+        packed.position_ids += list(range(n))
+        packed.lengths.append(n)
+    return packed
+
+
+def pack(examples: Sequence[Example], max_length: int) -> list[Packed]:
+    """The examples packed greedily in order (:func:`pack_groups`)."""
+    groups = pack_groups([len(e.input_ids) for e in examples], max_length)
+    return [join([examples[i] for i in group]) for group in groups]
 
 
 @dataclass

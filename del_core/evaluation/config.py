@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from del_core.config import ConfigError, load_config, split_command_line
+from del_core.data.prompting import PROMPT_FORMATS
 from del_core.models.sources import ModelSourceError, check_model_source
 
 BACKENDS = ("auto", "vllm", "hf")
@@ -44,6 +45,11 @@ class EvalConfig:
     choice_max_new_tokens: int = _option(2048, "new tokens per multiple-choice answer at most (the release's)", "N")
     max_new_tokens: Optional[int] = _option(None, "sets both lengths above", "N")
     dtype: str = _option("auto", "auto (bf16 on GPU, fp32 on CPU), bfloat16, float16 or float32", "NAME")
+    prompt_format: str = _option(
+        "alpaca",
+        "the prompts, as the model was trained (data.prompt_format): alpaca, or chat (its chat template)",
+        "NAME",
+    )
     threads: Optional[int] = _option(None, "torch CPU threads", "N")
     workers: int = _option(4, "generated programs run at once in the sandbox", "N")
     program_seconds: float = _option(10.0, "wall-clock limit of one generated program", "S")
@@ -59,6 +65,8 @@ class EvalConfig:
             raise ConfigError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ConfigError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
         if self.sandbox not in SANDBOX_MODES:
             raise ConfigError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, got {self.sandbox!r}")
         lengths = ("open_max_new_tokens", "choice_max_new_tokens")

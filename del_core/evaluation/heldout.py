@@ -1,7 +1,8 @@
 """Greedy answers to held-out problems, scored by the project's one answer reader.
 
 The gold of a row is ``row["answer"]`` when present, else the number its reference ``output``
-states, read by the same extractor as the model's outputs (:func:`extract.answer_from_text`: the
+(a conversation: its last assistant turn) states, read by the same extractor as the model's
+outputs (:func:`extract.answer_from_text`: the
 number after "The answer is", else the last number written). Training (``data.eval_generate``)
 and the study both score held-out answers here; benchmarks use :mod:`.scoring` with the same
 number comparison (:func:`numbers.numbers_match`).
@@ -38,6 +39,10 @@ def reference_answer(row: dict) -> Optional[str]:
     """The gold answer of a held-out row (see the module docstring); None when it states none."""
     if row.get("answer") is not None:
         return str(row["answer"])
+    if "messages" in row:  # a conversation: its last assistant turn is the reference
+        return answer_from_text(
+            next(m["content"] for m in reversed(row["messages"]) if m["role"] == "assistant"), "number"
+        )
     return answer_from_text(row["output"], "number")
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
+from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
 from del_core.evaluation.benchmarks import Record
 from del_core.evaluation.extract import answer_from_program_output, answer_from_text, program_from_output
 from del_core.evaluation.prompts import chain_of_thought_prompt, choice_prompt, program_prompt
@@ -106,28 +107,30 @@ def evaluate(
     limits: SandboxLimits = SandboxLimits(),
     workers: int = 4,
     lengths: GenerationLengths = GenerationLengths(),
+    prompts: PromptFormat = ALPACA_FORMAT,
 ) -> list[dict]:
     """Scored rows for ``records`` (in their order), by the protocol of the module docstring.
-    ``generator.generate(prompts, desc=, max_new_tokens=)`` returns one output per prompt."""
+    ``generator.generate(prompts, desc=, max_new_tokens=)`` returns one output per prompt;
+    ``prompts`` is the prompt format the model was trained with."""
     rows: dict[tuple, dict] = {}
     open_ended = [r for r in records if r.kind != "choice"]
     retry: list[Record] = []
     if open_ended:
-        prompts = [program_prompt(r) for r in open_ended]
-        outputs = generator.generate(prompts, desc="program of thought", max_new_tokens=lengths.open_ended)
+        texts = [program_prompt(r, prompts) for r in open_ended]
+        outputs = generator.generate(texts, desc="program of thought", max_new_tokens=lengths.open_ended)
         for record, prompt, output, (answer, program, sandbox) in zip(
-            open_ended, prompts, outputs, run_program_outputs(open_ended, outputs, limits, workers)
+            open_ended, texts, outputs, run_program_outputs(open_ended, outputs, limits, workers)
         ):
             rows[(record.benchmark, record.index)] = _row(record, "pot", prompt, output, answer, program, sandbox)
             if answer is None:
                 retry.append(record)
     if retry:
-        prompts = [chain_of_thought_prompt(r) for r in retry]
-        _chain_of_thought_rows(retry, prompts, generator, lengths.open_ended, "chain of thought", rows)
+        texts = [chain_of_thought_prompt(r, prompts) for r in retry]
+        _chain_of_thought_rows(retry, texts, generator, lengths.open_ended, "chain of thought", rows)
     choice = [r for r in records if r.kind == "choice"]
     if choice:
-        prompts = [choice_prompt(r) for r in choice]
-        _chain_of_thought_rows(choice, prompts, generator, lengths.choice, "multiple choice", rows)
+        texts = [choice_prompt(r, prompts) for r in choice]
+        _chain_of_thought_rows(choice, texts, generator, lengths.choice, "multiple choice", rows)
     return [rows[(r.benchmark, r.index)] for r in records]
 
 

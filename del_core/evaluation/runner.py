@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from del_core.data.jsonl import JsonlError, iter_jsonl, write_jsonl
+from del_core.data.prompting import PromptFormat
+from del_core.data.rows import DataError
 from del_core.evaluation.benchmarks import (
     BENCHMARKS,
     BenchmarkError,
@@ -142,6 +144,7 @@ def _run_config(
         "limit": config.limit,
         "max_new_tokens": {"open_ended": lengths.open_ended, "choice": lengths.choice},
         "batch_size": config.batch_size,
+        "prompt_format": config.prompt_format,
         "data_dir": str(data_dir),
         "seconds": round(time.time() - started, 1),
     }
@@ -172,8 +175,9 @@ def evaluate_model(config: EvalConfig) -> int:
         max_new_tokens=lengths.open_ended,
         dtype=config.dtype,
     )
+    prompts = PromptFormat(config.prompt_format, generator.tokenizer)
     print(f"[evaluate] {resolved} ({generator.name}), {len(records)} questions of {', '.join(names)}", file=sys.stderr)
-    rows = evaluate(records, generator, _limits(config), config.workers, lengths)
+    rows = evaluate(records, generator, _limits(config), config.workers, lengths, prompts)
     summary = summarize(rows)
     summary["config"] = _run_config(config, resolved, generator.name, names, data_dir, lengths, started)
     write_jsonl(output_dir / "predictions.jsonl", rows)
@@ -189,5 +193,5 @@ def run(config: EvalConfig) -> int:
     try:
         resolve_mode(config.sandbox)  # probe bubblewrap (warn, or fail for namespaces) before any model loads
         return score_only(config) if config.score_only else evaluate_model(config)
-    except (BenchmarkError, ModelSourceError, GeneratorError, JsonlError, SandboxUnavailable) as err:
+    except (BenchmarkError, DataError, ModelSourceError, GeneratorError, JsonlError, SandboxUnavailable) as err:
         raise EvaluationError(str(err)) from None

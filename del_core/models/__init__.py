@@ -2,6 +2,16 @@
 
 from .export import drop_tied_copies, save_hf
 from .loading import attention_implementation, load_model
+from .lora import (
+    LoraSettings,
+    LoraTargetError,
+    check_targets,
+    hf_model,
+    merged_state_dict,
+    parameter_counts,
+    save_adapter,
+    wrap_with_lora,
+)
 from .sources import (
     ModelSourceError,
     check_model_source,
@@ -12,14 +22,22 @@ from .sources import (
 )
 
 __all__ = [
+    "LoraSettings",
+    "LoraTargetError",
     "ModelSourceError",
     "attention_implementation",
     "check_model_source",
+    "check_targets",
     "convert_gguf",
     "drop_tied_copies",
+    "hf_model",
     "load_model",
+    "merged_state_dict",
+    "parameter_counts",
     "resolve_model",
     "resolve_tokenizer",
+    "save_adapter",
     "save_hf",
     "smollm2_gguf",
+    "wrap_with_lora",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Optional
 
@@ -23,9 +24,18 @@ def drop_tied_copies(lm: Any, state: dict) -> None:
             del state[target]
 
 
-def save_hf(model: Any, state_dict: dict, tokenizer: Any, out_dir: Path, extra_files: Optional[dict] = None) -> None:
+def save_hf(
+    model: Any,
+    state_dict: dict,
+    tokenizer: Any,
+    out_dir: Path,
+    extra_files: Optional[dict] = None,
+    write_extra: Optional[Callable[[Path], None]] = None,
+) -> None:
     """Write ``state_dict`` as a Hugging Face model (safetensors) + tokenizer to ``out_dir``,
-    replacing it only once the new copy is complete (``extra_files``: name -> text)."""
+    replacing it only once the new copy is complete (``extra_files``: name -> text;
+    ``write_extra``: called with the staging directory to add more, e.g. a LoRA adapter, so that
+    it is part of the same all-or-nothing replacement)."""
     out_dir = Path(out_dir)
     staging = out_dir.with_name(f".{out_dir.name}.partial")
     shutil.rmtree(staging, ignore_errors=True)
@@ -33,6 +43,8 @@ def save_hf(model: Any, state_dict: dict, tokenizer: Any, out_dir: Path, extra_f
     tokenizer.save_pretrained(str(staging))
     for name, text in (extra_files or {}).items():
         (staging / name).write_text(text)
+    if write_extra is not None:
+        write_extra(staging)
     if out_dir.exists():
         old = out_dir.with_name(f".{out_dir.name}.old")
         shutil.rmtree(old, ignore_errors=True)

@@ -113,8 +113,20 @@ class RunIdentity:
     max_length: int
     total_steps: int
     loss: str
+    # "off", or the LoRA settings (LoraSettings.describe()): a LoRA checkpoint holds the adapters
+    # and their optimizer state only, so it fits no other model layout. Absent in older markers.
+    lora: str = "off"
+    prompt_format: str = "alpaca"  # the template the tokens were made with (absent in older markers)
 
-    COMPARED = ("tp", "num_items", "global_batch_size", "seed", "data", "packing", "max_length")
+    COMPARED = ("tp", "num_items", "global_batch_size", "seed", "data", "packing", "max_length", "lora")
+    COMPARED += ("prompt_format",)
+    DEFAULTS = {"lora": "off", "prompt_format": "alpaca"}  # what a marker written before a key existed means
+
+    @property
+    def frozen_weights_excluded(self) -> bool:
+        """A LoRA run leaves its frozen base weights out of checkpoints (they are reloaded from
+        the model source on resume): a 7B base is not rewritten at every save."""
+        return self.lora != "off"
 
 
 def save(
@@ -130,7 +142,9 @@ def save(
     marker once every rank has finished, then prune to the newest ``keep``. Collective."""
     root, tag = checkpoint_root(output_dir), tag_for(step)
     started = time.time()
-    engine.save_checkpoint(str(root), tag=tag, save_latest=False)
+    engine.save_checkpoint(
+        str(root), tag=tag, save_latest=False, exclude_frozen_parameters=identity.frozen_weights_excluded
+    )
     torch.save(torch.get_rng_state(), root / tag / f"rng_rank{dims.rank}.pt")
     barrier()  # every rank's shards are on disk
     if dims.is_main:
@@ -170,12 +184,19 @@ def resume(
     saved = read_state(path)
     current = dataclasses.asdict(identity)
     for key in RunIdentity.COMPARED:
-        if saved.get(key) != current[key]:
-            raise ConfigError(
-                f"resume: {path} was written with {key}={saved.get(key)!r}, this run has {current[key]!r}; "
-                "the data order would differ"
+        written = saved.get(key, RunIdentity.DEFAULTS.get(key))
+        if written != current[key]:
+            why = {"lora": "the model layout would differ", "prompt_format": "the training tokens would differ"}.get(
+                key, "the data order would differ"
             )
-    load_path, _ = engine.load_checkpoint(str(path.parent), tag=path.name)
+            raise ConfigError(
+                f"resume: {path} was written with {key}={written!r}, this run has {current[key]!r}: {why}"
+            )
+    # Without the frozen weights in the checkpoint the module load cannot be strict; the trainable
+    # ones are all there (and are restored from the optimizer's fp32 copy as well).
+    load_path, _ = engine.load_checkpoint(
+        str(path.parent), tag=path.name, load_module_strict=not identity.frozen_weights_excluded
+    )
     if load_path is None:
         raise RuntimeError(f"resume: DeepSpeed could not load {path}")
     rng = path / f"rng_rank{dims.rank}.pt"

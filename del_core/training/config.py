@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from del_core.config import ConfigError, KeyAliases, load_config
+from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
 from del_core.losses import LOSS_NAMES
 from del_core.models.sources import ModelSourceError, check_model_source
@@ -78,8 +79,14 @@ class DataConfig:
     max_new_tokens: int = 48
     max_length: int = 1500
     packing: bool = False
+    prompt_format: str = "alpaca"  # alpaca (one fixed template), or chat: the tokenizer's chat template
+    num_proc: Optional[int] = None  # tokenising processes (datasets map); None = the CPUs, at most 8
+    cache_dir: Optional[str] = None  # tokenised-data cache; default $DEL_CACHE_DIR/data or ~/.cache/del_core/data
 
     def __post_init__(self) -> None:
+        _check_choice("data", "prompt_format", self.prompt_format, PROMPT_FORMATS)
+        if self.num_proc is not None:
+            _check_at_least("data", {"num_proc": self.num_proc}, 1)
         _check_at_least("data", {"max_length": self.max_length, "max_new_tokens": self.max_new_tokens}, 1)
         _check_at_least("data", {"eval_size": self.eval_size, "eval_generate": self.eval_generate}, 0)
 
@@ -137,6 +144,9 @@ class RunConfig:
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])  # also: wandb, none
     wandb_project: str = "del"
     fail_at_step: int = 0  # testing aid: exit abruptly once this step has started (simulates a crash)
+    # Held-out teacher-forced metrics every N optimizer steps (0: only before and after training);
+    # logged as eval records with label "during"; no generation, and training is not changed.
+    eval_every: int = 0
 
     def __post_init__(self) -> None:
         _check_at_least(
@@ -155,6 +165,7 @@ class RunConfig:
                 "save_every": self.save_every,
                 "save_total_limit": self.save_total_limit,
                 "fail_at_step": self.fail_at_step,
+                "eval_every": self.eval_every,
             },
             0,
         )
@@ -173,6 +184,34 @@ class RunConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through PEFT (docs/lora.md): the base weights are frozen, only the adapters
+    train; the export writes the merged model (OUTPUT_DIR/final) and the adapter (final/adapter)."""
+
+    enabled: bool = False  # off by default: full fine-tuning
+    r: int = 16  # adapter rank (>= 1)
+    alpha: float = 32.0  # scaling alpha / r
+    dropout: float = 0.0  # dropout on the adapter's input, in [0, 1)
+    # Module names (suffixes, as PEFT matches them: q_proj, down_proj, ...), or ["all-linear"]:
+    # every linear layer of attention and MLP, not the output head. Must be nn.Linear layers.
+    target_modules: list[str] = field(default_factory=lambda: ["all-linear"])
+
+    def __post_init__(self) -> None:
+        if not self.enabled:
+            return
+        if self.r < 1:
+            raise ConfigError(f"lora.r must be >= 1 with lora.enabled=true, got {self.r}")
+        if not self.alpha > 0:
+            raise ConfigError(f"lora.alpha must be > 0, got {self.alpha}")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"lora.dropout must be in [0, 1), got {self.dropout}")
+        if not self.target_modules or any(not name.strip() for name in self.target_modules):
+            raise ConfigError(f"lora.target_modules must be non-empty module names, got {self.target_modules}")
+        if "all-linear" in self.target_modules and len(self.target_modules) > 1:
+            raise ConfigError(f"lora.target_modules: all-linear stands alone, got {self.target_modules}")
+
+
+@dataclass
 class TrainConfig:
     """Every key of a training recipe (see the section classes for each key's meaning)."""
 
@@ -182,15 +221,20 @@ class TrainConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self) -> None:
+        if self.lora.enabled and self.parallel.tp > 1:
+            # AutoTP shards the base linear layers after PEFT wrapped them; it does not know the
+            # adapters' layers, so the adapters would not be sharded consistently with their base.
+            raise ConfigError("lora.enabled=true with parallel.tp > 1 is not supported; use parallel.tp=1 (ZeRO-2/3)")
         if self.loss.path == "chunked" and self.parallel.tp > 1 and self.parallel.zero_stage == 3:
             raise ConfigError("loss.path=chunked with parallel.tp > 1 is supported with parallel.zero_stage=2 only")
 
 
 _SECTION_KEYS = {
     "model": ("tokenizer", "attn_implementation", "gradient_checkpointing", "precision", "cache_dir"),
-    "data": ("eval_size", "eval_generate", "max_new_tokens", "max_length", "packing"),
+    "data": ("eval_size", "eval_generate", "max_new_tokens", "max_length", "packing", "prompt_format"),
     "optimizer": ("lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "grad_clip"),
     "parallel": ("tp", "zero_stage", "offload", "ds_config"),
     "run": (

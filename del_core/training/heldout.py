@@ -1,4 +1,5 @@
-"""Held-out measurements during training (before the first and after the last step).
+"""Held-out measurements during training (before the first step, every ``run.eval_every`` steps,
+after the last).
 
 Teacher-forced metrics (:mod:`del_core.evaluation.teacher_forced`) over the held-out examples,
 sharded over data-parallel ranks with every rank running the same number of forwards (ZeRO-3
@@ -17,7 +18,7 @@ from typing import Any, Optional
 
 import torch
 
-from del_core.data.prompting import format_prompt
+from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
 from del_core.data.tokenized import Example, collate
 from del_core.evaluation.generation import generate_greedy
 from del_core.evaluation.heldout import answer_accuracy
@@ -50,6 +51,7 @@ class HeldOutEvaluator:
     dims: ParallelDims
     device: torch.device
     synced_generation: bool  # ZeRO-3 with several ranks: every rank runs every generate forward
+    prompts: PromptFormat = ALPACA_FORMAT  # data.prompt_format: the prompts training continues
 
     def _shard(self) -> list[Example]:
         """This data-parallel rank's examples, padded with blank ones to the same count on every rank."""
@@ -76,7 +78,7 @@ class HeldOutEvaluator:
 
     def _answers(self, objective: CausalLMObjective) -> list[str]:
         rows = self.rows[: self.generate]
-        prompts = [format_prompt(row["instruction"], row.get("input", "")) for row in rows]
+        prompts = [self.prompts.row_prompt(row) for row in rows]
         return generate_greedy(
             objective.lm,
             self.tokenizer,
@@ -87,15 +89,27 @@ class HeldOutEvaluator:
             synced_gpus=self.synced_generation,
         )
 
-    def evaluate(self, objective: CausalLMObjective, step: int, label: str) -> Optional[HeldOutResult]:
-        """The held-out record at ``step`` (``label`` before/after); None without held-out rows."""
+    def _rng_devices(self) -> list[int]:
+        return [self.device.index or 0] if self.device.type == "cuda" else []
+
+    def evaluate(
+        self, objective: CausalLMObjective, step: int, label: str, generate: bool = True
+    ) -> Optional[HeldOutResult]:
+        """The held-out record at ``step`` (``label`` before/during/after; greedy answers only with
+        ``generate``); None without held-out rows. Collective (every rank calls it).
+
+        Training is left as it was: the model runs in eval mode and gets its train/eval mode back,
+        and the RNG (CPU and this device) is forked, so an evaluation between steps consumes
+        nothing of the training stream (dropout masks of later steps are unchanged).
+        """
         if not self.examples:
             return None
         was_training = objective.training
         objective.eval()
         try:
-            metrics = summarise(self._teacher_forced(objective))
-            answers = self._answers(objective) if self.generate and self.dims.tp == 1 else []
+            with torch.random.fork_rng(devices=self._rng_devices()):
+                metrics = summarise(self._teacher_forced(objective))
+                answers = self._answers(objective) if generate and self.generate and self.dims.tp == 1 else []
         finally:
             objective.train(was_training)
         answer_acc = answer_accuracy(self.rows[: len(answers)], answers) if answers else None

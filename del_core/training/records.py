@@ -42,7 +42,7 @@ class EvalRecord:
     """Held-out metrics, teacher-forced over the whole held-out set (``answer_acc``: greedy answers)."""
 
     step: int
-    label: str  # "before" (step 0) or "after" (the last step)
+    label: str  # "before" (step 0), "during" (every run.eval_every steps; no answer_acc) or "after" (the last step)
     ce: float
     digit_acc: float
     digit_entropy: float

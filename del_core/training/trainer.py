@@ -30,15 +30,25 @@ import torch
 
 from del_core import DigitVocab, MultiDigitVocabularyError, NumberSpans, build_loss
 from del_core.config import ConfigError, config_to_dict, config_to_yaml
-from del_core.data.splits import TrainingData, prepare_training_data
+from del_core.data.dataset_cache import DataRequest, prepare_cached_training_data
+from del_core.data.prompting import PromptFormat
+from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
 from del_core.models import (
+    LoraSettings,
+    LoraTargetError,
     attention_implementation,
+    check_targets,
     drop_tied_copies,
+    hf_model,
     load_model,
+    merged_state_dict,
+    parameter_counts,
     resolve_model,
     resolve_tokenizer,
+    save_adapter,
     save_hf,
+    wrap_with_lora,
 )
 from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
@@ -49,7 +59,7 @@ from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import accumulation_steps, build_ds_config
 from del_core.training.heldout import HeldOutEvaluator, HeldOutResult
 from del_core.training.objective import CausalLMObjective, LossCompilation
-from del_core.training.records import FinalRecord, TrainRecord
+from del_core.training.records import EvalRecord, FinalRecord, TrainRecord
 from del_core.training.reporting import Reporter, SilentReporter
 from del_core.training.run_status import StopRequest, write_status
 from del_core.training.schedule import StepPlan
@@ -91,10 +101,12 @@ def output_vocab_size(model: Any) -> int:
     return int(size if size is not None else model.config.get_text_config().vocab_size)
 
 
-def training_data(config: TrainConfig, tokenizer: Any, log: Callable[[str], None]) -> TrainingData:
-    """The training items and held-out set that ``config`` names, tokenised with ``tokenizer``."""
+def training_data(config: TrainConfig, tokenizer: Any, log: Callable[[str], None], ordered: Any = None) -> TrainingData:
+    """The training items and held-out set that ``config`` names, tokenised with ``tokenizer`` once
+    into the data cache and memory-mapped (:mod:`del_core.data.dataset_cache`); ``ordered`` is the
+    trainer's :func:`local_main_first`, so local rank 0 builds a missing cache entry first."""
     data = config.data
-    return prepare_training_data(
+    request = DataRequest(
         data.source,
         data.split,
         data.eval_source,
@@ -102,9 +114,9 @@ def training_data(config: TrainConfig, tokenizer: Any, log: Callable[[str], None
         data.max_length,
         data.packing,
         config.run.seed,
-        tokenizer,
-        log,
+        data.prompt_format,
     )
+    return prepare_cached_training_data(request, tokenizer, log, data.cache_dir, data.num_proc, ordered)
 
 
 class Trainer:
@@ -122,6 +134,7 @@ class Trainer:
     plan: StepPlan
     total_steps: int
     objective: CausalLMObjective
+    peft_model: Any  # the PEFT wrapper of objective.lm with lora.enabled (writes the adapter), else None
     output_vocab_size: int  # logit columns of the model: a target id must be below it
     engine: Any
     scheduler: Any
@@ -132,6 +145,7 @@ class Trainer:
     step: int
     before: Optional[HeldOutResult]
     after: Optional[HeldOutResult]
+    during: list[EvalRecord]  # the run.eval_every evaluations of this process
     last: Optional[TrainRecord]
     stop_agreed: bool  # the ranks' agreed answer, read with the last step's metrics: was a stop requested?
 
@@ -140,6 +154,8 @@ class Trainer:
         self.output_dir = Path(config.run.output_dir)
         self.reporter = SilentReporter()
         self.before = self.after = self.last = None
+        self.during = []
+        self.peft_model = None
         self.step = 0
         self.stop_agreed = False
         self._model_source = ""
@@ -203,7 +219,7 @@ class Trainer:
 
     def _setup_data(self) -> None:
         data, run = self.config.data, self.config.run
-        self.data = training_data(self.config, self.tokenizer, self.log)
+        self.data = training_data(self.config, self.tokenizer, self.log, local_main_first(self.dims.local_rank))
         try:
             self.plan = StepPlan(
                 len(self.data.items), run.global_batch_size, run.micro_batch_size, self.dims.dp, run.seed
@@ -226,6 +242,8 @@ class Trainer:
             f"[model] {self._model_source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
             f"{'on' if model_cfg.gradient_checkpointing else 'off'}"
         )
+        if self.config.lora.enabled:
+            model = self._wrap_with_lora(model)
         if self.dims.tp > 1:
             check_head_counts(model.config, self.dims.tp)
         self.output_vocab_size = output_vocab_size(model)
@@ -243,6 +261,25 @@ class Trainer:
         self.objective = CausalLMObjective(model, loss_fn, loss_cfg.path, loss_cfg.chunk_size, compilation)
         if self._zero3 and loss_cfg.path == "chunked" and self.dims.tp == 1:
             ds.register_lm_head_weight(self.objective)
+
+    def _wrap_with_lora(self, model: Any) -> Any:
+        """The model with LoRA adapters (PEFT) on ``lora.target_modules``, base weights frozen;
+        returns the Hugging Face model inside the wrapper (kept in :attr:`peft_model`)."""
+        settings = self._lora_settings()
+        try:
+            wrapped = check_targets(model, settings.target_modules)
+        except LoraTargetError as err:
+            raise ConfigError(str(err)) from None
+        self.peft_model = wrap_with_lora(
+            model, settings, self.config.run.seed, self.config.model.gradient_checkpointing
+        )
+        lm = hf_model(self.peft_model)
+        trainable, total = parameter_counts(lm)
+        self.log(
+            f"[lora] {settings.describe()}: {len(wrapped)} layers; trainable parameters {trainable:,} of "
+            f"{total:,} ({100 * trainable / total:.3f}%)"
+        )
+        return lm
 
     @property
     def _zero3(self) -> bool:
@@ -284,6 +321,8 @@ class Trainer:
             cfg.data.max_length,
             self.total_steps,
             cfg.loss.name,
+            self._lora_identity(),
+            cfg.data.prompt_format,
         )
         self.step = checkpoints.resume(self.engine, cfg.run.resume, self.output_dir, self.identity, self.dims, self.log)
         if self.dims.is_main:
@@ -314,15 +353,35 @@ class Trainer:
             self.dims,
             self.runtime.device,
             synced_generation=self._zero3 and self.dims.world > 1,
+            prompts=PromptFormat(cfg.data.prompt_format, self.tokenizer),
         )
         self.stop = StopRequest()
 
+    def _lora_settings(self) -> LoraSettings:
+        lora = self.config.lora
+        return LoraSettings(lora.r, lora.alpha, lora.dropout, tuple(lora.target_modules))
+
+    def _lora_identity(self) -> str:
+        """What a checkpoint records of the LoRA layout (see RunIdentity.lora)."""
+        return self._lora_settings().describe() if self.config.lora.enabled else "off"
+
     # --- training ------------------------------------------------------------------------------
-    def _evaluate(self, label: str) -> Optional[HeldOutResult]:
-        result = self.heldout.evaluate(self.objective, self.step, label)
+    def _evaluate(self, label: str, generate: bool = True) -> Optional[HeldOutResult]:
+        result = self.heldout.evaluate(self.objective, self.step, label, generate)
         if result is not None:
             self.reporter.log(result.record)
         return result
+
+    def maybe_evaluate(self) -> None:
+        """The held-out teacher-forced metrics every ``run.eval_every`` steps, label "during" (not
+        at the last step, whose "after" evaluation is the same measurement plus generation).
+        Collective. Training does not see it: :meth:`HeldOutEvaluator.evaluate` runs in eval mode,
+        restores train mode and forks the RNG, and the batches of a step depend on (seed, step) only."""
+        every = self.config.run.eval_every
+        if every and self.step % every == 0 and self.step < self.total_steps:
+            result = self._evaluate("during", generate=False)
+            if result is not None:
+                self.during.append(result.record)
 
     def train(self) -> Optional[FinalRecord]:
         """Train to ``total_steps``; the final record, or None when a signal stopped the run."""
@@ -332,6 +391,7 @@ class Trainer:
         while self.step < self.total_steps:
             self._maybe_fail()
             self.last = self.train_step()
+            self.maybe_evaluate()
             if self.maybe_checkpoint():
                 return None
         return self.finish(time.time() - started)
@@ -448,22 +508,37 @@ class Trainer:
         )
         self.reporter.log(final, console=False)
         if self.dims.is_main:
-            print_summary(self.before, self.after, self.data.eval_rows, self.log)
+            print_summary(self.before, self.after, self.data.eval_rows, self.log, self.during)
             write_status(self.output_dir, "finished", self.step)
         return final
 
     def export(self) -> None:
-        """Gather the full weights once and write OUTPUT_DIR/final in Hugging Face format."""
+        """Gather the full weights once and write OUTPUT_DIR/final in Hugging Face format; with
+        LoRA the adapters merged into the base weights there, and the adapter in final/adapter."""
         started = time.time()
         state = ds.full_state_dict(self.engine, self.objective, self._zero3 or self.dims.tp > 1, self.dims.is_main)
         if self.dims.is_main:
             prefix = "lm."
             state = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            write_adapter = None
+            if self.peft_model is not None:
+                write_adapter = self._adapter_writer(state)
+                state = merged_state_dict(self.objective.lm, state)
             drop_tied_copies(self.objective.lm, state)
             target = self.output_dir / "final"
-            save_hf(self.objective.lm, state, self.tokenizer, target, {"del_recipe.yaml": config_to_yaml(self.config)})
-            self.log(f"[export] Hugging Face model written to {target} in {time.time() - started:.1f} s")
+            recipe = {"del_recipe.yaml": config_to_yaml(self.config)}
+            save_hf(self.objective.lm, state, self.tokenizer, target, recipe, write_adapter)
+            adapter = f" (merged; LoRA adapter in {target / 'adapter'})" if write_adapter else ""
+            self.log(f"[export] Hugging Face model written to {target}{adapter} in {time.time() - started:.1f} s")
         barrier()
+
+    def _adapter_writer(self, state: dict) -> Callable[[Path], None]:
+        """Writes the PEFT adapter of the gathered ``state`` into ``<staging>/adapter``."""
+
+        def write(staging: Path) -> None:
+            save_adapter(self.peft_model, state, staging / "adapter")
+
+        return write
 
     def cleanup(self) -> None:
         """Close the reporters' files (the process group is torn down by the entry point)."""

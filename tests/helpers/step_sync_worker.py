@@ -83,6 +83,7 @@ def counted_step(trainer) -> dict:
 def bad_label_step(trainer) -> dict:
     """One label id out of range in the next step's data: the error, and the engine calls before it."""
     first = trainer.plan.micro_batches(trainer.step, trainer.dims.dp_rank)[0][0]
+    trainer.data.items = list(trainer.data.items)  # cached items are read-only views: corrupt a list copy
     item = trainer.data.items[first]
     position = next(i for i, t in enumerate(item.targets) if t != -100)
     saved = item.targets[position]

@@ -14,30 +14,41 @@ REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "recipes" / "train.py"
 
 
+def _save_tiny(directory: Path, tokenizer, architecture: str, shape: dict, **extra) -> Path:
+    """A random-initialised model of ``architecture`` ("qwen2" or "llama") with ``shape`` (hidden,
+    layers, heads, kv_heads) and a row per token of ``tokenizer``, saved with it (seed 0)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    config_class, model_class = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}[
+        architecture
+    ]
+    torch.manual_seed(0)
+    config = config_class(
+        vocab_size=len(tokenizer),
+        hidden_size=shape["hidden"],
+        intermediate_size=2 * shape["hidden"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        max_position_embeddings=512,
+        eos_token_id=tokenizer.eos_token_id,
+        **extra,
+    )
+    model_class(config).save_pretrained(str(directory))
+    tokenizer.save_pretrained(str(directory))
+    return directory
+
+
 def make_tiny_qwen2(
     directory: Path, tokenizer, kv_heads: int = 2, hidden: int = 32, layers: int = 2, heads: int = 4
 ) -> Path:
-    """A random-initialised Qwen2 (default 2 layers, hidden 32) with the real Qwen2 tokenizer
-    (151,936 rows), saved as a Hugging Face directory."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
+    """A random-initialised Qwen2 (default 2 layers, hidden 32, tied head) with the real Qwen2
+    tokenizer (151,936 rows), saved as a Hugging Face directory."""
+    shape = {"hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads}
+    return _save_tiny(
+        directory, tokenizer, "qwen2", shape, tie_word_embeddings=True, bos_token_id=tokenizer.eos_token_id
     )
-    Qwen2ForCausalLM(config).save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
-    return directory
 
 
 def make_tiny_llama3(
@@ -47,26 +58,9 @@ def make_tiny_llama3(
     untied LM head as in Llama-3-8B; default 2 layers, hidden 32) with a row for every token of
     ``tokenizer`` (the real Llama-3 vocabulary: 128,257 with the added token of the GGUF
     conversion), saved with the tokenizer as a Hugging Face directory."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        max_position_embeddings=512,
-        rope_theta=500000.0,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-    )
-    LlamaForCausalLM(config).save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
-    return directory
+    shape = {"hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads}
+    extra = {"rope_theta": 500000.0, "tie_word_embeddings": False, "bos_token_id": tokenizer.bos_token_id}
+    return _save_tiny(directory, tokenizer, "llama", shape, **extra)
 
 
 def tiny_run(model: Path, cache_dir: Path, **extra) -> dict:
@@ -126,3 +120,24 @@ def records(output_dir: Path, kind: str = "train") -> list[dict]:
 
 def train_losses(output_dir: Path) -> dict[int, float]:
     return {r["step"]: r["loss"] for r in records(output_dir)}
+
+
+def heldout_ce(model, overrides: dict) -> float:
+    """The teacher-forced CE of ``model`` (a loaded causal LM, or a PEFT model) on the held-out
+    examples that a training run with ``overrides`` evaluates, all in one padded batch."""
+    import torch
+
+    from del_core.data import collate
+    from del_core.evaluation.teacher_forced import summarise, teacher_forced_sums
+    from del_core.tokenizers import load_tokenizer
+    from del_core.training import load_train_config
+    from del_core.training.trainer import training_data
+
+    tokenizer = load_tokenizer(Path(overrides["model"]))
+    config = load_train_config(None, [f"{k}={v}" for k, v in overrides.items()])
+    examples = training_data(config, tokenizer, lambda *_: None).eval_examples
+    batch = collate(examples, tokenizer.eos_token_id)
+    with torch.no_grad():
+        logits = model.eval()(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    sums = {k: float(v) for k, v in teacher_forced_sums(logits, batch.targets, None).items()}
+    return summarise(sums).ce

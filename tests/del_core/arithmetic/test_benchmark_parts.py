@@ -11,7 +11,7 @@ import pytest
 
 from del_core import DigitVocab
 from del_core.arithmetic.config import BenchConfig
-from del_core.arithmetic.protocol import choose_lambdas, selection_specs, final_specs
+from del_core.arithmetic.protocol import choose_lambdas, final_specs, selection_specs
 from del_core.arithmetic.runs import RunResult, RunSpec, encode_batch
 from del_core.arithmetic.scoring import EvalResult, score_answers
 from del_core.arithmetic.statistics import paired_difference, t_interval, verdict
@@ -140,3 +140,15 @@ def test_lambda_choice_takes_the_best_mean_accuracy_then_the_lower_log_mae():
         ("emo", None),
     }
     assert sorted(s.seed for s in specs if s.phase == "untrained") == config.seeds
+
+
+def test_the_shipped_benchmark_configurations_load():
+    from dataclasses import asdict
+
+    from del_core.arithmetic.config import load_bench_config
+    from helpers.shared import REPO
+
+    configs = REPO / "recipes" / "configs"
+    assert asdict(load_bench_config(configs / "numeric-bench.yaml")) == asdict(BenchConfig())  # the defaults
+    assert load_bench_config(configs / "numeric-bench-gpu.yaml").device == "cuda"
+    assert load_bench_config(configs / "numeric-bench-smoke.yaml").losses == ["mle", "del"]
