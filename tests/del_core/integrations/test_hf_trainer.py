@@ -163,8 +163,11 @@ def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, tiny_mode
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     reference = build_loss(name, vocab)(logits[:, :-1], batch["labels"][:, 1:]).loss
     reference.backward()
-    assert abs(loss.item() - reference.item()) <= 1e-6, (loss.item(), reference.item())
-    assert max((grads[n] - p.grad).abs().max().item() for n, p in model.named_parameters()) <= 1e-6
+    # The hidden path multiplies hidden states by the head in chunks: the same fp32 sums in another
+    # order (measured gaps ~1.5e-6 in the gradients, machine-dependent).
+    tol = 1e-6 if loss_path == "logits" else 1e-5
+    assert abs(loss.item() - reference.item()) <= tol, (loss.item(), reference.item())
+    assert max((grads[n] - p.grad).abs().max().item() for n, p in model.named_parameters()) <= tol
 
 
 # --- (2) 1 process x accumulation 4 == 2 processes x accumulation 2 == the whole batch ----------
@@ -205,9 +208,9 @@ def test_accumulation_and_ranks_give_the_whole_batch_loss_and_weights(one_proces
 def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
     """2 processes x accumulation 2 under ZeRO-3, ZeRO-2, and ZeRO-2 with the loss chunked from the
     hidden states: finite, decreasing losses, the 1-process (1x4) first-step loss, and the same
-    losses and final weights as 1x4 on the same loss path to 1e-5. (The two paths' gradients agree
-    to 1e-6, see the one-batch test; Adam amplifies that round-off where gradients are near zero,
-    so the weights are compared within a path.)"""
+    losses as 1x4 on the same loss path to 1e-5 and final weights to 1e-5 (1e-4 on the hidden
+    path, see below). (The two paths' gradients agree to 1e-5, see the one-batch test; Adam
+    amplifies that round-off where gradients are near zero, so weights are compared within a path.)"""
     runs = [layout("zero3", 2, 2, deepspeed=zero_config(3)), layout("zero2", 2, 2, deepspeed=zero_config(2))]
     runs.append(layout("zero2-hidden", 2, 2, deepspeed=zero_config(2), loss_path="hidden"))
     launch(2, spec, runs)
@@ -219,7 +222,11 @@ def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
         assert abs(losses[0] - one_process["1x4"][0][0]["loss"]) <= TOL
         gaps = {"loss": loss_gap(logs, reference_logs), "weights": weight_gap(weights, reference_w)}
         print(f"\n{run['name']} vs 1x4 (max abs):", json.dumps(gaps))
-        assert all(gap <= TOL for gap in gaps.values()), gaps
+        # Adam turns round-off in near-zero gradients into updates of up to lr per step; the chunked
+        # head's sums make more of it (measured 3.5e-7 to 2.5e-5 across machines, against a total
+        # update of up to lr x steps = 3e-3): its weights are compared to 1e-4, the losses to 1e-5.
+        weight_tol = 1e-4 if run.get("loss_path") == "hidden" else TOL
+        assert gaps["loss"] <= TOL and gaps["weights"] <= weight_tol, gaps
 
 
 # --- (4) refusals -------------------------------------------------------------------------------
