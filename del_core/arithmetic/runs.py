@@ -24,6 +24,7 @@ from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.scoring import EvalResult, evaluate
 from del_core.arithmetic.tasks import Problem, make_split
 from del_core.arithmetic.tokenizer import build_tokenizer
+from del_core.data.tokenized import Example, collate
 from del_core.spans import IGNORE_INDEX
 
 
@@ -87,20 +88,16 @@ def build_model(config: BenchConfig, vocab_size: int, seed: int) -> torch.nn.Mod
 
 
 def encode_batch(problems: list[Problem], tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input ids [B, T], aligned targets [B, T]): prompt + answer + EOS, right-padded; position t
-    predicts token t + 1 where that token is in the answer or EOS, else -100."""
-    rows = []
+    """(input ids [B, T], aligned targets [B, T]): prompt + answer + EOS, right-padded by the
+    project's :func:`del_core.data.tokenized.collate`; position t predicts token t + 1 where that
+    token is in the answer or EOS, else -100."""
+    examples = []
     for problem in problems:
         prompt = tokenizer(problem.prompt, add_special_tokens=False)["input_ids"]
         answer = tokenizer(problem.answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append((prompt + answer, [IGNORE_INDEX] * (len(prompt) - 1) + answer + [IGNORE_INDEX]))
-    width = max(len(ids) for ids, _ in rows)
-    input_ids = torch.full((len(rows), width), tokenizer.pad_token_id)
-    targets = torch.full((len(rows), width), IGNORE_INDEX)
-    for i, (ids, tgt) in enumerate(rows):
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        targets[i, : len(tgt)] = torch.tensor(tgt)
-    return input_ids, targets
+        examples.append(Example(prompt + answer, [IGNORE_INDEX] * (len(prompt) - 1) + answer + [IGNORE_INDEX]))
+    batch = collate(examples, tokenizer.pad_token_id)
+    return batch.input_ids, batch.targets
 
 
 def make_loss(spec: RunSpec, vocab: DigitVocab, model: torch.nn.Module) -> NumericLoss:
