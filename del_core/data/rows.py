@@ -9,19 +9,20 @@ A row is one of two forms, told apart by its fields:
   names; a system turn may only come first, and at least one assistant turn must have text.
 
 Sources: local ``.json`` (a list of rows) / ``.jsonl`` files or a folder of them, a Hugging Face hub
-dataset name, or ``synthetic:N`` (:mod:`del_core.data.synthetic`). Every row is validated; errors
+dataset name, or ``synthetic:N`` / ``synthetic:SET:N`` (:mod:`del_core.data.synthetic`). Every row is validated; errors
 name the file (or dataset), the row and the field.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from del_core.data.jsonl import JsonlError, iter_jsonl
+from del_core.data.synthetic import PROBLEM_SETS, make_problems
 
 REQUIRED_FIELDS = ("instruction", "output")
 ROLES = ("system", "user", "assistant")
@@ -141,18 +142,39 @@ def load_rows(source: str | Path) -> list[dict]:
     return [item.row for file in data_files(source) for item in _iter_file(file)]
 
 
-def _synthetic_count(spec: str) -> int:
-    count = spec.split(":", 1)[1]
-    if not count.isdigit() or int(count) <= 0:
-        raise DataError(f"data {spec!r}: expected synthetic:N with N > 0")
-    return int(count)
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """``synthetic:N`` (N rows of the training problem set) or ``synthetic:SET:N`` (of the set SET
+    of :data:`del_core.data.synthetic.PROBLEM_SETS`)."""
+
+    set_name: str
+    count: int
+
+    @classmethod
+    def parse(cls, spec: str) -> SyntheticSpec:
+        """The spec's parts; :class:`DataError` naming the spec for a bad count or set."""
+        parts = spec.split(":")
+        set_name = parts[1] if len(parts) == 3 else "training"
+        count = parts[-1]
+        if len(parts) not in (2, 3) or not count.isdigit() or int(count) <= 0:
+            raise DataError(f"data {spec!r}: expected synthetic:N or synthetic:SET:N with N > 0")
+        if set_name not in PROBLEM_SETS:
+            raise DataError(f"data {spec!r}: unknown problem set {set_name!r}; choose from {', '.join(PROBLEM_SETS)}")
+        return cls(set_name, int(count))
+
+    def rows(self, seed: int, exclude: Collection[str] = (), distinct: bool = False) -> list[dict[str, str]]:
+        """The spec's rows for ``seed`` (:func:`del_core.data.synthetic.make_problems`)."""
+        try:
+            return make_problems(self.count, seed, self.set_name, exclude, distinct)
+        except ValueError as err:
+            raise DataError(f"data synthetic:{self.set_name}:{self.count}: {err}") from None
 
 
 def check_source(spec: str, what: str = "data") -> None:
     """Raise :class:`DataError` when ``spec`` cannot name data (nothing is read; a hub name is
     only checked for its form, since the hub may not be reachable from here)."""
     if spec.startswith("synthetic:"):
-        _synthetic_count(spec)
+        SyntheticSpec.parse(spec)
         return
     path = Path(spec).expanduser()
     if path.exists():
@@ -187,9 +209,7 @@ def iter_source(spec: str, split: str = "train", seed: int = 0) -> Iterator[Sour
     (this project's arithmetic generator, seeded), a local .json/.jsonl file or folder, or a Hugging
     Face hub dataset name (e.g. TIGER-Lab/MathInstruct, needs network or a populated HF cache)."""
     if spec.startswith("synthetic:"):
-        from del_core.data.synthetic import make_problems
-
-        for index, row in enumerate(make_problems(_synthetic_count(spec), seed=seed)):
+        for index, row in enumerate(SyntheticSpec.parse(spec).rows(seed)):
             yield SourceRow(f"{spec} (seed {seed}): row {index}", row)
     elif is_local(spec):
         for file in data_files(spec):

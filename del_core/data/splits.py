@@ -1,8 +1,9 @@
 """A run's training items and held-out set, from its data sources.
 
-The held-out rows are, in this order of preference: ``eval_source``; for ``synthetic:N`` data a
-fresh synthetic set from another seed (no shared problem by construction of the seeds); else the
-first ``eval_size`` rows of a seeded permutation of the training rows, removed from training.
+The held-out rows are, in this order of preference: ``eval_source``; for synthetic data
+(``synthetic:N``, ``synthetic:SET:N``) a fresh set from another seed, of distinct questions none of
+which is a training question; else the first ``eval_size`` rows of a seeded permutation of the
+training rows, removed from training.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
-from del_core.data.rows import DataError, read_source
+from del_core.data.rows import DataError, SyntheticSpec, read_source
 from del_core.data.tokenized import EncodeReport, Example, Packed, encode_all, pack, shuffled
 
 # The synthetic held-out set's seed offset: far from any training seed a recipe would use.
@@ -38,7 +39,10 @@ def separate_heldout(
     if not eval_size:
         return []
     if source.startswith("synthetic:"):
-        return read_source(f"synthetic:{eval_size}", seed=HELDOUT_SEED_OFFSET + seed)
+        training = SyntheticSpec.parse(source)
+        questions = {row["instruction"] for row in training.rows(seed)}
+        heldout = SyntheticSpec(training.set_name, eval_size)
+        return heldout.rows(HELDOUT_SEED_OFFSET + seed, exclude=questions, distinct=True)
     return None
 
 

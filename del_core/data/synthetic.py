@@ -12,6 +12,11 @@ binary floating-point artefacts). Two problem sets use them:
                         measured on it, so its rows must not change for a given seed.
   :data:`STUDY_SET`     all ten families, 8 items and 10 names, values written without trailing zeros
                         ("28.2"); the study's rows (:mod:`del_core.study.data`).
+  :data:`BASIC_SET`     six one-step families within reach of a 135M model (two-digit sums and
+                        differences, doubling, small costs, counts left, meters to centimeters with
+                        one decimal); ``data=synthetic:basic:N``, the main job's task.
+
+:data:`PROBLEM_SETS` names the sets a data spec can ask for (``synthetic:SET:N``).
 
 The family order, the word lists and the order of the draws inside each family are part of what a
 seed means: reordering any of them changes every row after the first affected draw.
@@ -20,7 +25,7 @@ seed means: reordering any of them changes every row after the first affected dr
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -188,6 +193,53 @@ def _meters_to_cm(rng: random.Random, words: Wording) -> Problem:
     )
 
 
+def _two_digit_sum(rng: random.Random, words: Wording) -> Problem:
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    return Problem(f"What is {a} plus {b}?", (f"{a} + {b} = {a + b}",), (f"print({a} + {b})",), Decimal(a + b))
+
+
+def _two_digit_difference(rng: random.Random, words: Wording) -> Problem:
+    a = rng.randint(20, 99)
+    b = rng.randint(10, a - 1)
+    return Problem(f"What is {a} minus {b}?", (f"{a} - {b} = {a - b}",), (f"print({a} - {b})",), Decimal(a - b))
+
+
+def _double(rng: random.Random, words: Wording) -> Problem:
+    x = rng.randint(10, 499)
+    return Problem(f"What is double {x}?", (f"2 * {x} = {2 * x}",), (f"print(2 * {x})",), Decimal(2 * x))
+
+
+def _small_cost(rng: random.Random, words: Wording) -> Problem:
+    n, price, item, name = rng.randint(2, 9), rng.randint(2, 20), rng.choice(words.items), rng.choice(words.names)
+    return Problem(
+        f"{name} buys {n} {item} at ${price} each. How much does {name} pay in total?",
+        (f"{n} * {price} = {n * price}",),
+        (f"count = {n}", f"price = {price}", "print(count * price)"),
+        Decimal(n * price),
+    )
+
+
+def _count_left(rng: random.Random, words: Wording) -> Problem:
+    have, given, item, name = rng.randint(20, 99), rng.randint(2, 19), rng.choice(words.items), rng.choice(words.names)
+    return Problem(
+        f"{name} has {have} {item} and gives away {given}. How many {item} are left?",
+        (f"{have} - {given} = {have - given}",),
+        (f"have = {have}", f"given = {given}", "print(have - given)"),
+        Decimal(have - given),
+    )
+
+
+def _short_meters_to_cm(rng: random.Random, words: Wording) -> Problem:
+    meters = Decimal(rng.randint(11, 999)) / 10
+    cm = meters * 100
+    return Problem(
+        f"How many centimeters are in {meters} meters?",
+        (f"{meters} * 100 = {words.number(cm)}",),
+        (f"meters = {meters}", "centimeters = meters * 100", _print_line("centimeters", cm)),
+        cm,
+    )
+
+
 @dataclass(frozen=True)
 class ProblemSet:
     """Families drawn uniformly (in this order), the wording of their text, and how the final answer
@@ -226,16 +278,43 @@ STUDY_SET = ProblemSet(
 )
 
 
-def make_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
-    """``count`` rows of :data:`TRAINING_SET`, the same for the same seed (questions may repeat).
+BASIC_SET = ProblemSet(
+    families=(_two_digit_sum, _two_digit_difference, _double, _small_cost, _count_left, _short_meters_to_cm),
+    wording=Wording(items=ITEMS, names=NAMES, number=answer_text),
+    answer=answer_text,
+)
+PROBLEM_SETS = {"training": TRAINING_SET, "study": STUDY_SET, "basic": BASIC_SET}
 
+
+def problem_set(name: str) -> ProblemSet:
+    """The problem set called ``name`` in :data:`PROBLEM_SETS`; ValueError naming the choices."""
+    if name not in PROBLEM_SETS:
+        raise ValueError(f"unknown problem set {name!r}; choose from {', '.join(PROBLEM_SETS)}")
+    return PROBLEM_SETS[name]
+
+
+def make_problems(
+    count: int, seed: int = 0, set_name: str = "training", exclude: Collection[str] = (), distinct: bool = False
+) -> list[dict[str, str]]:
+    """``count`` rows of the problem set ``set_name``, the same for the same arguments.
+
+    Questions may repeat unless ``distinct``; a question in ``exclude`` is never taken (drawn and
+    skipped, so the rows of a seed without excluded questions are those without ``exclude``).
     Each row: ``instruction`` (the question), ``input`` (empty), ``output`` (the worked steps, then
-    "The answer is X.") and ``answer`` (X, the exact answer as text)."""
+    "The answer is X.") and ``answer`` (X, the exact answer as text). ValueError when the set has
+    too few questions left to draw ``count``."""
+    chosen = problem_set(set_name)
     rng = random.Random(seed)
-    rows = []
-    for _ in range(count):
-        _, problem = TRAINING_SET.draw(rng)
-        answer = TRAINING_SET.answer(problem.answer)
+    skipped, rows = set(exclude), []
+    for _ in range(100 * count + 1000):
+        if len(rows) == count:
+            return rows
+        _, problem = chosen.draw(rng)
+        if problem.question in skipped:
+            continue
+        if distinct:
+            skipped.add(problem.question)
+        answer = chosen.answer(problem.answer)
         rows.append(
             {
                 "instruction": problem.question,
@@ -244,4 +323,6 @@ def make_problems(count: int, seed: int = 0) -> list[dict[str, str]]:
                 "answer": answer,
             }
         )
-    return rows
+    if len(rows) == count:
+        return rows
+    raise ValueError(f"problem set {set_name!r}: could not draw {count} rows with seed {seed} ({len(rows)} drawn)")

@@ -1,10 +1,16 @@
 """del_core.data.synthetic: the training problems (``data=synthetic:N``) are exact, seeded, and the
-very rows they were before the study's generators were merged into this module."""
+very rows they were before the study's generators were merged into this module; the basic set
+(``synthetic:basic:N``), the spec's parsing and the synthetic held-out split."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
+
+from del_core.data import synthetic
+from del_core.data.rows import DataError, SyntheticSpec, read_source
+from del_core.data.splits import HELDOUT_SEED_OFFSET, separate_heldout
 from del_core.data.synthetic import make_problems
 
 # make_problems(12, seed=3)[0] and [4], computed with recipes/synthetic_math.py before the merge. Row 4
@@ -42,3 +48,72 @@ def test_synthetic_problems_are_exact_and_seeded():
         terms = [Decimal(t) for t in lhs.split(" ")[::2]]
         expected = {"+": sum(terms), "-": terms[0] - terms[1], "*": terms[0] * terms[1], "/": terms[0] / terms[1]}[op]
         assert Decimal(rhs) == expected and Decimal(row["answer"]) == expected
+
+
+def _check_steps(row: dict) -> None:
+    """The one step line of a row computes its answer exactly, and the final line states it."""
+    step, final = row["output"].split("\n")
+    assert final == f"The answer is {row['answer']}."
+    lhs, rhs = step.split(" = ")
+    a, op, b = lhs.split(" ")
+    expected = {"+": Decimal(a) + Decimal(b), "-": Decimal(a) - Decimal(b), "*": Decimal(a) * Decimal(b)}[op]
+    assert Decimal(rhs) == expected == Decimal(row["answer"])
+
+
+def test_basic_problems_are_exact_integers_within_reach():
+    rows = make_problems(300, seed=1, set_name="basic")
+    for row in rows:
+        _check_steps(row)
+        assert "." not in row["answer"]  # meters with one decimal times 100 are whole centimeters
+    for family in ("plus", "minus", "double", "each.", "gives away", "centimeters"):
+        assert any(f" {family} " in row["instruction"] for row in rows), family
+    assert rows == make_problems(300, seed=1, set_name="basic")
+
+
+def test_make_problems_excludes_and_deduplicates_questions():
+    plain = make_problems(40, seed=5, set_name="basic")
+    banned = {plain[0]["instruction"], plain[3]["instruction"]}
+    rows = make_problems(38, seed=5, set_name="basic", exclude=banned)
+    assert rows == [row for row in plain if row["instruction"] not in banned][:38]
+    distinct = make_problems(200, seed=5, set_name="basic", distinct=True)
+    assert len({row["instruction"] for row in distinct}) == 200
+
+
+def test_make_problems_says_when_a_set_runs_out_or_is_unknown(monkeypatch):
+    doubles = synthetic.ProblemSet((synthetic._double,), synthetic.BASIC_SET.wording, synthetic.answer_text)
+    monkeypatch.setitem(synthetic.PROBLEM_SETS, "doubles", doubles)
+    assert len(make_problems(490, seed=0, set_name="doubles", distinct=True)) == 490  # 10..499: every one
+    with pytest.raises(ValueError, match="problem set 'doubles': could not draw 491 rows with seed 0"):
+        make_problems(491, seed=0, set_name="doubles", distinct=True)
+    with pytest.raises(ValueError, match="unknown problem set 'nope'; choose from training, study, basic"):
+        make_problems(1, set_name="nope")
+
+
+def test_synthetic_spec_names_the_set_and_count():
+    assert SyntheticSpec.parse("synthetic:12") == SyntheticSpec("training", 12)
+    assert SyntheticSpec.parse("synthetic:basic:7").rows(seed=2) == make_problems(7, 2, "basic")
+    for bad, message in (
+        ("synthetic:0", "expected synthetic:N or synthetic:SET:N with N > 0"),
+        ("synthetic:basic:x", "expected synthetic:N"),
+        ("synthetic:a:b:3", "expected synthetic:N"),
+        ("synthetic:easy:3", "unknown problem set 'easy'"),
+    ):
+        with pytest.raises(DataError, match=message):
+            SyntheticSpec.parse(bad)
+
+
+def test_synthetic_heldout_shares_no_question_with_training():
+    train = read_source("synthetic:basic:2000", seed=0)
+    held = separate_heldout("synthetic:basic:2000", "train", None, 300, seed=0)
+    questions = {row["instruction"] for row in train}
+    assert len(held) == 300 and len({row["instruction"] for row in held}) == 300
+    assert not questions & {row["instruction"] for row in held}
+    # The unfiltered draw of the same seed does repeat training questions: the exclusion is doing work.
+    unfiltered = make_problems(300, seed=HELDOUT_SEED_OFFSET, set_name="basic")
+    assert questions & {row["instruction"] for row in unfiltered}
+
+
+def test_training_set_heldout_rows_are_unchanged_by_the_exclusion():
+    # The README's held-out numbers were measured on these rows (no collision to exclude).
+    held = separate_heldout("synthetic:320", "train", None, 48, seed=0)
+    assert held == make_problems(48, seed=HELDOUT_SEED_OFFSET)
