@@ -5,7 +5,7 @@ arithmetic with every loss, the same data, steps and seeds, and paired confidenc
     tokenizer.py  a character-level tokenizer (``tokenizers``) with one token per digit
     runs.py       one run: build the model, train with one loss, evaluate, write its result file
     scoring.py    greedy answers -> exact match, MAE, log-MAE, per-place digit accuracy
-    statistics.py paired differences over seeds with t confidence intervals
+                  (paired t intervals: :mod:`del_core.evaluation.confidence`)
     protocol.py   lambda chosen on validation per loss, then the test seeds; resumable
     report.py     the markdown table and the plot
 """

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.protocol import BenchOutcome
 from del_core.arithmetic.runs import RunResult
-from del_core.arithmetic.statistics import Interval, paired_difference, t_interval, verdict
+from del_core.evaluation.confidence import Interval, paired_difference, t_interval, verdict
 
 # (key of EvalResult, label, scale for printing, higher is better)
 METRICS = (

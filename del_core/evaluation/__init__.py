@@ -8,4 +8,5 @@ together, ``config`` (EvalConfig) and ``runner`` are the command line's options 
 Held-out problems (training and the study): ``generation.generate_greedy`` (the one greedy
 generation path), ``heldout`` (greedy answers scored by the one answer reader) and
 ``teacher_forced`` (digit metrics of the reference answers, token by token).
+``confidence``: t intervals and paired differences (over seeds, or over problems).
 """

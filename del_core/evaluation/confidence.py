@@ -1,10 +1,13 @@
-"""Confidence intervals over seeds: a loss's mean, and its paired difference to a baseline.
+"""95% confidence intervals: a mean, and a paired difference to a baseline (Student's t).
 
-Runs of different losses with the same seed share the initial weights and the batch order, so
-the difference of two losses is taken seed by seed (paired) and its 95% interval is Student's t
-over those per-seed differences: ``mean +- t(0.975, n - 1) * sd / sqrt(n)``. The per-seed values
-are themselves means over the same test problems, so the interval covers both the training noise
-(seeds) and the test-set noise.
+Over seeds (the numeric benchmark, the study): runs of different losses with the same seed share
+the initial weights and the batch order, so the difference of two losses is taken seed by seed
+(paired) and its 95% interval is Student's t over those per-seed differences:
+``mean +- t(0.975, n - 1) * sd / sqrt(n)``. The per-seed values are themselves means over the same
+test problems, so the interval covers both the training noise (seeds) and the test-set noise.
+
+Over problems (a run's held-out answers before and after training): the per-problem differences
+of correct (1) or not (0) after and before, the same t interval over the problems.
 """
 
 from __future__ import annotations

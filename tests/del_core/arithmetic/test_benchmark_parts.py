@@ -14,9 +14,9 @@ from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.protocol import choose_lambdas, final_specs, selection_specs
 from del_core.arithmetic.runs import RunResult, RunSpec, encode_batch
 from del_core.arithmetic.scoring import EvalResult, score_answers
-from del_core.arithmetic.statistics import paired_difference, t_interval, verdict
 from del_core.arithmetic.tasks import TASKS, Problem, make_split
 from del_core.arithmetic.tokenizer import build_tokenizer
+from del_core.evaluation.confidence import paired_difference, t_interval, verdict
 
 SCALE = {"km": 3, "m": 0, "cm": -2, "mm": -3, "kg": 3, "g": 0}
 
