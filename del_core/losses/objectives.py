@@ -144,6 +144,7 @@ _LOSSES = {
     "del": (DELLoss, DEL_DEFAULT_WEIGHT),
 }
 LOSS_NAMES = tuple(_LOSSES)
+WEIGHTED_LOSSES = tuple(name for name, (_, default_weight) in _LOSSES.items() if default_weight is not None)
 
 
 def build_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float] = None, **options) -> NumericLoss:

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from del_core.config import ConfigError, KeyAliases, load_config
 from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
-from del_core.losses import LOSS_NAMES
+from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, WEIGHTED_LOSSES
 from del_core.models.sources import ModelSourceError, check_model_source
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
@@ -55,7 +55,9 @@ class ModelConfig:
 @dataclass
 class LossConfig:
     name: str = "del"  # mle mixce emo ntl_was ntl_mse dist2 del
-    weight: Optional[float] = None  # lambda; None = the loss's default (del 0.128)
+    # lambda; None = the loss's default (del 0.128); auto = from the first batch (auto_ratio below)
+    weight: Optional[Union[float, str]] = None
+    auto_ratio: float = DEFAULT_AUTO_RATIO  # weight=auto: lambda x digit term / CE on the first step's batch
     options: dict[str, Any] = field(default_factory=dict)  # eta (mixce), tau / place_weighted (dist2)
     path: str = "logits"  # logits, or chunked: from hidden states, never holding full fp32 logits
     chunk_size: int = 256  # tokens per chunk of the chunked path (one chunk: chunk x V x 6 bytes in bf16)
@@ -64,9 +66,22 @@ class LossConfig:
 
     def __post_init__(self) -> None:
         _check_choice("loss", "name", self.name, LOSS_NAMES)
+        self._check_weight()
         _check_choice("loss", "path", self.path, ("logits", "chunked"))
         _check_choice("loss", "compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
+
+    @property
+    def auto_weight(self) -> bool:
+        return self.weight == "auto"
+
+    def _check_weight(self) -> None:
+        if isinstance(self.weight, str) and not self.auto_weight:
+            raise ConfigError(f"loss.weight must be a number, auto or empty, got {self.weight!r}")
+        if self.auto_weight and self.name not in WEIGHTED_LOSSES:
+            raise ConfigError(f"loss.weight=auto: loss {self.name} has no weight lambda")
+        if not self.auto_ratio > 0:
+            raise ConfigError(f"loss.auto_ratio must be > 0, got {self.auto_ratio}")
 
 
 @dataclass

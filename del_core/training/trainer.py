@@ -31,6 +31,7 @@ import torch
 from del_core import DigitVocab, MultiDigitVocabularyError, NumberSpans, build_loss
 from del_core.config import ConfigError, config_to_dict, config_to_yaml
 from del_core.data.dataset_cache import DataRequest, prepare_cached_training_data
+from del_core.data.jsonl import write_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
@@ -50,7 +51,7 @@ from del_core.models import (
     save_hf,
     wrap_with_lora,
 )
-from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first
+from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, sum_named
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
 from del_core.training import checkpoints
 from del_core.training import engine as ds
@@ -58,13 +59,14 @@ from del_core.training.checkpoints import RunIdentity
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import accumulation_steps, build_ds_config
 from del_core.training.heldout import HeldOutEvaluator, HeldOutResult
+from del_core.training.loss_weight import AutoWeight
 from del_core.training.objective import CausalLMObjective, LossCompilation
 from del_core.training.records import EvalRecord, FinalRecord, TrainRecord
 from del_core.training.reporting import Reporter, SilentReporter
 from del_core.training.run_status import StopRequest, write_status
 from del_core.training.schedule import StepPlan
 from del_core.training.step_metrics import StepSums, read_step, step_counts, train_record
-from del_core.training.summary import print_summary
+from del_core.training.summary import HELDOUT_ANSWERS, answer_records, print_summary
 
 
 @dataclass(frozen=True)
@@ -252,7 +254,9 @@ class Trainer:
             weight = model.get_output_embeddings().weight
             with ds.gathered([weight], enabled=self._zero3):
                 self._loss_options["cost_embedding"] = weight.detach().to(self.runtime.device, torch.float32).clone()
-        loss_fn = build_loss(loss_cfg.name, self.vocab, weight=loss_cfg.weight, **self._loss_options)
+        # weight=auto: a placeholder until the first batch has been measured (_resolve_auto_weight)
+        weight = 1.0 if loss_cfg.auto_weight else loss_cfg.weight
+        loss_fn = build_loss(loss_cfg.name, self.vocab, weight=weight, **self._loss_options)
         compilation = None
         if loss_cfg.compile:
             max_tokens = self.config.run.micro_batch_size * self.config.data.max_length
@@ -325,6 +329,8 @@ class Trainer:
             cfg.data.prompt_format,
         )
         self.step = checkpoints.resume(self.engine, cfg.run.resume, self.output_dir, self.identity, self.dims, self.log)
+        if cfg.loss.auto_weight:
+            self._resolve_auto_weight()
         if self.dims.is_main:
             write_status(self.output_dir, "running", self.step)
             self.reporter = Reporter(
@@ -413,6 +419,53 @@ class Trainer:
         check_target_ids(batches, self.output_vocab_size)
         return batches
 
+    def _forward(self, batch: TokenBatch, counts: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The objective through the engine on one micro-batch (on the device), with the global counts."""
+        return self.engine(
+            input_ids=batch.input_ids,
+            targets=batch.targets,
+            attention_mask=None if self.config.data.packing else batch.attention_mask,
+            position_ids=batch.position_ids,
+            num_tokens=counts[0],
+            num_digits=counts[1],
+            spans=self._spans_input(batch),
+        )
+
+    @torch.no_grad()
+    def _first_batch_terms(self) -> dict[str, float]:
+        """CE and the weight-1 digit term ("aux") over step 1's global batch at the initial weights
+        (eval mode, RNG forked: training is unchanged). Collective."""
+        batches = self._micro_batches()
+        counts = step_counts(batches, self.runtime.device, self.dims.dp_group)
+        loss_fn, was_training = self.objective.loss_fn, self.objective.training
+        loss_fn.weight = 1.0
+        totals = {"ce": torch.zeros((), device=self.runtime.device), "aux": torch.zeros((), device=self.runtime.device)}
+        self.objective.eval()
+        try:
+            with torch.random.fork_rng(devices=self._rng_devices()):
+                for cpu_batch in batches:
+                    out = self._forward(cpu_batch.to(self.runtime.device), counts)
+                    totals = {name: totals[name] + out[name].detach() for name in totals}
+        finally:
+            self.objective.train(was_training)
+        return sum_named(totals, self.runtime.device, self.dims.dp_group)
+
+    def _resolve_auto_weight(self) -> None:
+        """loss.weight=auto: lambda from the first batch at step 0 (saved), from OUTPUT_DIR on resume."""
+        cfg = self.config.loss
+        if self.step == 0:
+            terms = self._first_batch_terms()
+            chosen = AutoWeight.measure(terms["ce"], terms["aux"], cfg.auto_ratio)
+            if self.dims.is_main:
+                chosen.save(self.output_dir)
+        else:
+            chosen = AutoWeight.load(self.output_dir)
+        self.objective.loss_fn.weight = chosen.weight
+        self.log(chosen.describe(cfg.name))
+
+    def _rng_devices(self) -> list[int]:
+        return [self.runtime.device.index or 0] if self.runtime.device.type == "cuda" else []
+
     def train_step(self) -> TrainRecord:
         """One optimizer step over the global batch; its record is logged and returned.
 
@@ -428,15 +481,7 @@ class Trainer:
         sums = StepSums(self.runtime.device)
         for cpu_batch in batches:
             batch = cpu_batch.to(self.runtime.device)  # non-blocking from pinned memory on a GPU
-            out = self.engine(
-                input_ids=batch.input_ids,
-                targets=batch.targets,
-                attention_mask=None if self.config.data.packing else batch.attention_mask,
-                position_ids=batch.position_ids,
-                num_tokens=counts[0],
-                num_digits=counts[1],
-                spans=self._spans_input(batch),
-            )
+            out = self._forward(batch, counts)
             # Each micro-batch loss is already divided by the global counts: the gradient wanted is
             # the plain sum over micro-batches and data-parallel ranks, which DeepSpeed averages over.
             self.engine.backward(out["loss"] * self.dims.dp, scale_wrt_gas=False)
@@ -509,8 +554,18 @@ class Trainer:
         self.reporter.log(final, console=False)
         if self.dims.is_main:
             print_summary(self.before, self.after, self.data.eval_rows, self.log, self.during)
+            self._write_answers()
             write_status(self.output_dir, "finished", self.step)
         return final
+
+    def _write_answers(self) -> None:
+        """OUTPUT_DIR/heldout_answers.jsonl: the greedy answers before and after, problem by problem."""
+        if self.after is None or not self.after.answers:
+            return
+        rows = self.data.eval_rows[: len(self.after.answers)]
+        before = self.before.answers if self.before is not None and len(self.before.answers) == len(rows) else []
+        write_jsonl(self.output_dir / HELDOUT_ANSWERS, answer_records(rows, before, self.after.answers))
+        self.log(f"[eval] greedy answers before and after written to {self.output_dir / HELDOUT_ANSWERS}")
 
     def export(self) -> None:
         """Gather the full weights once and write OUTPUT_DIR/final in Hugging Face format; with

@@ -5,6 +5,7 @@ one process, held-out evaluation with greedy answers, export. The full job is ~8
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 
 import pytest
@@ -43,3 +44,14 @@ def test_main_job_recipe_runs(tmp_path):
     assert 0 <= final["after"]["number_acc"] <= 1 and final["before"]["label"] == "before"
     assert (out / "final" / "model.safetensors").is_file() and (out / "final" / "del_recipe.yaml").is_file()
     assert (out / "tensorboard").is_dir()
+    # loss.weight=auto: lambda = 0.02 x CE / (DEL term at weight 1) on step 1's batch at the initial
+    # weights; step 1 trains on that very batch from those weights, so its aux / CE is the ratio.
+    chosen = json.loads((out / "auto_loss_weight.json").read_text())
+    assert chosen["ratio"] == 0.02 and chosen["weight"] == pytest.approx(0.02 * chosen["ce"] / chosen["unit_term"])
+    assert f"[loss] del weight auto = {chosen['weight']:.4g}" in proc.stdout
+    assert steps[0]["ce"] == pytest.approx(chosen["ce"], rel=1e-5)
+    assert steps[0]["aux"] / steps[0]["ce"] == pytest.approx(0.02, rel=1e-4)
+    answers = [json.loads(line) for line in (out / "heldout_answers.jsonl").read_text().splitlines()]
+    assert [a["index"] for a in answers] == [0, 1] and all(isinstance(a["after_correct"], bool) for a in answers)
+    right = sum(a["after_correct"] for a in answers)
+    assert f"-> after {right}/2 ({50.0 * right:.1f}%)" in proc.stdout
