@@ -72,7 +72,7 @@ def test_flat_keys_still_work_with_a_deprecation_warning(tmp_path):
         (["loss=foo"], "loss.name must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, got 'foo'"),
         (["model=/nonexistent/dir"], "model.name /nonexistent/dir: no such file or directory"),
         (["data=./missing.jsonl"], "data.source ./missing.jsonl: no such file or directory"),
-        (["data=synthetic:0"], "expected synthetic:N with N > 0"),
+        (["data=synthetic:0"], "expected synthetic:N or synthetic:SET:N with N > 0"),
         (["run=3"], "run is a section"),
     ],
 )
