@@ -182,15 +182,20 @@ def _decimal_sum(rng: random.Random, words: Wording) -> Problem:
     )
 
 
-def _meters_to_cm(rng: random.Random, words: Wording) -> Problem:
-    meters = Decimal(rng.randint(101, 99999)) / 100
+def _in_centimeters(meters: Decimal, question: str, words: Wording) -> Problem:
+    """``question`` about ``meters`` meters, answered in centimeters (x 100)."""
     cm = meters * 100
     return Problem(
-        f"A rope is {meters} meters long. How long is it in centimeters?",
+        question,
         (f"{meters} * 100 = {words.number(cm)}",),
         (f"meters = {meters}", "centimeters = meters * 100", _print_line("centimeters", cm)),
         cm,
     )
+
+
+def _meters_to_cm(rng: random.Random, words: Wording) -> Problem:
+    meters = Decimal(rng.randint(101, 99999)) / 100
+    return _in_centimeters(meters, f"A rope is {meters} meters long. How long is it in centimeters?", words)
 
 
 def _two_digit_sum(rng: random.Random, words: Wording) -> Problem:
@@ -231,13 +236,7 @@ def _count_left(rng: random.Random, words: Wording) -> Problem:
 
 def _short_meters_to_cm(rng: random.Random, words: Wording) -> Problem:
     meters = Decimal(rng.randint(11, 999)) / 10
-    cm = meters * 100
-    return Problem(
-        f"How many centimeters are in {meters} meters?",
-        (f"{meters} * 100 = {words.number(cm)}",),
-        (f"meters = {meters}", "centimeters = meters * 100", _print_line("centimeters", cm)),
-        cm,
-    )
+    return _in_centimeters(meters, f"How many centimeters are in {meters} meters?", words)
 
 
 @dataclass(frozen=True)

@@ -97,3 +97,31 @@ def summarise(sums: Mapping[str, float]) -> TeacherForcedMetrics:
         digits=sums["digits"],
         numbers=sums["numbers"],
     )
+
+
+@torch.no_grad()
+def answer_hits(logits: torch.Tensor, targets: torch.Tensor, spans: NumberSpans, vocab: DigitVocab) -> torch.Tensor:
+    """bool [B]: whether each sequence's stated answer comes out right under teacher forcing.
+
+    The answer is the sequence's last number span ("The answer is 39." -> "39", "= 2.5" -> "2.5").
+    It is right when, given the reference prefix, the full-vocabulary argmax equals the target at
+    every position of the span up to its last number token (what greedy decoding would write), and
+    the number ends there: at the next position the argmax is the target or any token that is not
+    a number token or the point ("390" and "39.5" are not "39"; "39\n" and "39." are). A sequence
+    without a number token is not right.
+
+    ``logits`` [B, T, V], ``targets`` [B, T] aligned (-100 ignored), ``spans`` the targets' spans
+    under ``vocab``.
+    """
+    in_span = spans.is_digit | spans.is_point
+    starts = spans.span_start.long()
+    later_starts = starts.flip(-1).cumsum(-1).flip(-1) - starts  # span starts strictly after t
+    in_last = in_span & (later_starts == 0)
+    position = torch.arange(targets.shape[-1], device=targets.device)
+    last_digit = torch.where(in_last & spans.is_digit, position, -1).amax(-1, keepdim=True)
+    predicted = logits.argmax(-1)
+    numeric = torch.cat([vocab.number_tensor(logits.device), torch.tensor([vocab.point_id], device=logits.device)])
+    continues = torch.isin(predicted, numeric) & (predicted != targets)
+    wrong_inside = in_last & (position <= last_digit) & (predicted != targets)
+    wrong_end = (position == last_digit + 1) & (targets != IGNORE_INDEX) & continues
+    return (last_digit.squeeze(-1) >= 0) & ~(wrong_inside | wrong_end).any(-1)

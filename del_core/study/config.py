@@ -31,7 +31,7 @@ from del_core.study.training_keys import (
 )
 from del_core.training.config import TRAIN_ALIASES, TrainConfig
 
-STUDY_LOSSES = ("mle", "mixce", "emo", "ntl_was", "dist2", "del")
+STUDY_LOSSES = ("mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del")
 # Keys that may change between invocations on the same output_root (they do not change results).
 RESUMABLE_KEYS = ("losses", "seeds", "output_root", "threads", "benchmark_dir", "eval_batch_size", "keep_weights")
 
@@ -48,13 +48,17 @@ class StudyConfig:
     losses: list[str] = field(default_factory=lambda: list(STUDY_LOSSES))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     output_root: str = "runs/study"
-    loss_weights: dict[str, float] = field(default_factory=dict)  # loss -> lambda; absent = the loss's default
+    # loss -> lambda, or "auto" (lambda from the first batch, docs/lambda.md); absent = the loss's default
+    loss_weights: dict[str, Any] = field(default_factory=dict)
+    auto_ratios: dict[str, float] = field(default_factory=dict)  # loss -> loss.auto_ratio of its "auto"
     # data (del_core.study.data)
+    problem_set: str = "study"  # a problem set of del_core.data.synthetic (study, basic, training)
+    solution_style: str = "steps"  # rows not written as programs: steps, or equation (the steps alone)
     data_seed: int = 1234
     train_size: int = 400
-    heldout_size: int = 48  # held-out rows evaluated teacher-forced by train.py
+    heldout_size: int = 48  # held-out rows scored teacher-forced (answer accuracy, digit entropy, CE)
     heldout_generate: int = 16  # held-out rows answered by greedy generation (of the styles below)
-    generate_styles: list[str] = field(default_factory=lambda: ["steps"])  # steps, program
+    generate_styles: list[str] = field(default_factory=lambda: ["steps"])  # steps, program, equation
     program_share: float = 0.5  # share of rows written as programs
     heldout_max_new_tokens: int = 40
     # benchmarks (recipes/evaluate.py)
@@ -86,6 +90,12 @@ class StudyConfig:
             raise ConfigError("heldout_generate and benchmark_limit must be >= 0")
         if not 0.0 <= self.program_share <= 1.0:
             raise ConfigError(f"program_share must be in [0, 1], got {self.program_share}")
+        if self.solution_style not in ("steps", "equation"):
+            raise ConfigError(f"solution_style must be steps or equation, got {self.solution_style!r}")
+        from del_core.data.synthetic import PROBLEM_SETS
+
+        if self.problem_set not in PROBLEM_SETS:
+            raise ConfigError(f"problem_set: unknown {self.problem_set!r}; choose from {', '.join(PROBLEM_SETS)}")
         if self.eval_backend not in ("hf", "vllm", "auto"):
             raise ConfigError(f"eval_backend must be hf, vllm or auto, got {self.eval_backend!r}")
         if self.benchmarks:
@@ -104,12 +114,15 @@ class StudyConfig:
             raise ConfigError("seeds: give at least one seed")
         if len(set(self.losses)) != len(self.losses) or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError("losses and seeds must not repeat")
-        for loss in self.loss_weights:
-            if loss not in self.losses:
-                raise ConfigError(f"loss_weights: {loss!r} is not one of the study's losses {list(self.losses)}")
-        bad_styles = set(self.generate_styles) - {"steps", "program"}
+        for key in ("loss_weights", "auto_ratios"):
+            for loss in getattr(self, key):
+                if loss not in LOSS_NAMES:
+                    raise ConfigError(f"{key}: {loss!r} is not a loss; choose from {', '.join(LOSS_NAMES)}")
+        bad_styles = set(self.generate_styles) - {"steps", "program", "equation"}
         if bad_styles or not self.generate_styles:
-            raise ConfigError(f"generate_styles: {sorted(bad_styles) or 'none given'}; choose from steps, program")
+            raise ConfigError(
+                f"generate_styles: {sorted(bad_styles) or 'none given'}; choose from steps, program, equation"
+            )
 
 
 STUDY_KEYS = tuple(f.name for f in fields(StudyConfig))
@@ -152,10 +165,11 @@ def train_overrides(config: StudyConfig, loss: str, seed: int, run_dir: Path) ->
         "model": config.model,
         "loss": loss,
         "loss.weight": config.loss_weights.get(loss),
+        **({"loss.auto_ratio": config.auto_ratios[loss]} if loss in config.auto_ratios else {}),
         "run.seed": seed,
         "data": paths.train_data,
-        "data.eval_source": paths.heldout_data,
-        "data.eval_size": config.heldout_size,
+        # the study scores every run itself (del_core.study.runs.evaluate_heldout), the reference too
+        "data.eval_size": 0,
         "data.eval_generate": 0,
         "run.output_dir": run_dir,
         "run.export": True,

@@ -23,7 +23,7 @@ import yaml
 from del_core.config import ConfigError, config_to_dict, split_command_line
 from del_core.data.jsonl import JsonlAppender, read_jsonl
 from del_core.study.config import RESUMABLE_KEYS, StudyConfig, StudyError, StudyPaths, load_study_config
-from del_core.study.data import generation_rows, prepare_data
+from del_core.study.data import HeldoutRows, heldout_rows, prepare_data
 from del_core.study.metrics import collect_results
 from del_core.study.report import write_report
 from del_core.study.runs import (
@@ -96,7 +96,7 @@ def _train_unit(config: StudyConfig, unit: Unit, log: Log) -> bool:
     return True
 
 
-def run_unit(config: StudyConfig, unit: Unit, rows: Sequence[dict], data_dir: Optional[Path], log: Log) -> bool:
+def run_unit(config: StudyConfig, unit: Unit, rows: HeldoutRows, data_dir: Optional[Path], log: Log) -> bool:
     """Train (runs only) and evaluate one unit, skipping what is done; True when anything ran."""
     did = unit.loss is not None and _train_unit(config, unit, log)
     model = str(unit.directory) if unit.loss is not None else config.model
@@ -106,8 +106,11 @@ def run_unit(config: StudyConfig, unit: Unit, rows: Sequence[dict], data_dir: Op
         return did
     if not (unit.directory / "heldout" / "summary.json").is_file():
         started = time.time()
-        evaluate_heldout(config, model, rows, unit.directory / "heldout")
-        log(f"[study]   held-out answers ({len(rows)}) in {clock(time.time() - started)}")
+        evaluate_heldout(config, model, rows.forced, rows.greedy, unit.directory / "heldout")
+        log(
+            f"[study]   held-out: {len(rows.forced)} answers teacher-forced, {len(rows.greedy)} greedy in "
+            f"{clock(time.time() - started)}"
+        )
     if with_benchmarks and not (unit.directory / "benchmarks" / "summary.json").is_file():
         started = time.time()
         evaluate_benchmarks(config, model, data_dir, unit.directory / "benchmarks")
@@ -124,7 +127,7 @@ def _run_units(config: StudyConfig, paths: StudyPaths, log: Log) -> None:
     """Every unit in order, with elapsed time and an ETA from the units that ran (not skipped)."""
     started = time.time()
     prepare_data(config, paths)
-    rows = generation_rows(config, paths.heldout_data)
+    rows = heldout_rows(config, paths.heldout_data)
     data_dir = benchmark_dir(config)
     units = plan_units(config, paths)
     durations: list[float] = []

@@ -2,21 +2,21 @@
 results.png (matplotlib, Agg). Input: the dict of
 :func:`del_core.study.metrics.collect_results`.
 
-Verdicts never come from fixed text: DEL vs MLE is called a win (or a loss) only when the difference
-of the means exceeds two standard errors of that difference, sqrt(s1^2/n1 + s2^2/n2), which needs at
-least two seeds per loss; otherwise the table says there is no clear difference at this scale.
+Verdicts never come from fixed text: every loss is compared with MLE seed by seed (paired), and
+called better or worse only when the 95% interval of the difference over seeds excludes 0
+(:mod:`del_core.study.comparison`); otherwise "no difference".
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Optional
 
 # (key, column title, scale, digits, higher is better)
 COLUMNS = (
-    ("exact_acc", "exact-number acc. %", 100, 1, True),
+    ("tf_answer_acc", "TF answer acc. %", 100, 1, True),
+    ("exact_acc", "greedy exact acc. %", 100, 1, True),
     ("mae", "MAE", 1, 2, False),
     ("log_mae", "log-MAE", 1, 3, False),
     ("answered", "answered %", 100, 0, True),
@@ -44,92 +44,113 @@ def bench_columns(results: dict) -> tuple:
     names = sorted(
         k[: -len("_acc")]
         for k in keys
-        if k.endswith("_acc") and k not in ("exact_acc", "tf_number_acc", "tf_digit_acc", "bench_macc")
+        if k.endswith("_acc") and k not in ("exact_acc", "tf_answer_acc", "tf_number_acc", "tf_digit_acc", "bench_macc")
     )
     per = tuple((f"{n}_acc", f"{n.upper()} acc. %", 100, 1, True) for n in names)
     return per + BENCH_COLUMNS if names else ()
 
 
-def compare(
-    results: dict, key: str, a: str, b: str, scale: float = 100.0, higher_is_better: bool = True
-) -> Optional[dict]:
-    """Loss ``a`` vs loss ``b`` on ``key``: diff (a - b, scaled), its standard error, and a verdict
-    word: better, worse or unclear (|diff| <= 2 SE, or fewer than two seeds). None when missing."""
-    sa, sb = results["losses"].get(a, {}).get(key), results["losses"].get(b, {}).get(key)
-    if not sa or not sb or sa["mean"] is None or sb["mean"] is None:
+METRIC_LABELS = {
+    "tf_answer_acc": ("teacher-forced answer accuracy", " points", 100, 1),
+    "exact_acc": ("greedy exact-answer accuracy", " points", 100, 1),
+    "log_mae": ("greedy log-MAE, lower is better", "", 1, 3),
+}
+VERDICT_WORDS = {"better": "better than MLE", "worse": "worse than MLE", "no difference": "no difference from MLE"}
+
+
+def _interval_text(interval: dict, scale: float, digits: int) -> str:
+    """ "+1.2 [-0.3, +2.7]" of a difference and its 95% interval ("+1.2 (one value)" without one)."""
+    mean, half = scale * interval["mean"], interval["half_width"]
+    if half is None:
+        return f"{mean:+.{digits}f} (one value)"
+    half *= scale
+    return f"{mean:+.{digits}f} [{mean - half:+.{digits}f}, {mean + half:+.{digits}f}]"
+
+
+def comparison_line(comparison: dict) -> str:
+    """One computed conclusion: the loss vs the baseline on one metric, with both intervals."""
+    label, unit, scale, digits = METRIC_LABELS[comparison["metric"]]
+    seeds = comparison["over_seeds"]
+    text = (
+        f"{comparison['loss']} vs {comparison['baseline']} ({label}): "
+        f"{_interval_text(seeds, scale, digits)}{unit}, 95% CI over {seeds['n']} seeds"
+    )
+    problems = comparison.get("over_problems")
+    if problems is not None and problems["half_width"] is not None:
+        text += f"; over {problems['n']} problems ±{scale * problems['half_width']:.{digits}f}"
+    return f"{text}: {VERDICT_WORDS[comparison['verdict']]}."
+
+
+def _ranking(results: dict, key: str = "tf_answer_acc") -> Optional[str]:
+    means = {loss: per.get(key, {}).get("mean") for loss, per in results["losses"].items()}
+    ranked = sorted(((mean, loss) for loss, mean in means.items() if mean is not None), reverse=True)
+    if not ranked:
         return None
-    diff = scale * (sa["mean"] - sb["mean"])
-    se = None
-    if sa["std"] is not None and sb["std"] is not None:
-        se = scale * math.sqrt(sa["std"] ** 2 / sa["n"] + sb["std"] ** 2 / sb["n"])
-    if se is None or abs(diff) <= 2 * se:
-        word = "unclear"
-    else:
-        word = "better" if (diff > 0) == higher_is_better else "worse"
-    return {"diff": diff, "se": se, "verdict": word, "a": sa, "b": sb}
+    return f"Ranking by mean {METRIC_LABELS[key][0]}: " + ", ".join(f"{loss} {100 * v:.1f}" for v, loss in ranked) + "."
 
 
-def _compare_line(results: dict, key: str, label: str, unit: str, scale: float, higher: bool, digits: int) -> str:
-    found = compare(results, key, "del", "mle", scale, higher)
-    if found is None:
-        return f"DEL vs MLE ({label}): not available (both losses need finished runs with this metric)."
-    seeds = f"{found['a']['n']} vs {found['b']['n']} seeds"
-    se = f", standard error {found['se']:.{digits}f}" if found["se"] is not None else ", no standard error (one seed)"
-    conclusion = {
-        "better": "DEL is better than MLE here",
-        "worse": "DEL is worse than MLE here",
-        "unclear": "no clear difference at this scale (|difference| <= 2 standard errors)",
-    }[found["verdict"]]
-    return (
-        f"DEL vs MLE ({label}): {found['diff']:+.{digits}f}{unit} (DEL {_cell(found['a'], scale, digits)}, "
-        f"MLE {_cell(found['b'], scale, digits)}; {seeds}{se}): {conclusion}."
-    )
-
-
-def verdicts(results: dict) -> list[str]:
-    """The computed conclusions: DEL vs MLE on exact-number accuracy, log-MAE and the benchmarks,
-    the best loss by exact-number accuracy, and the digit-entropy ordering against the paper's."""
-    lines = [
-        _compare_line(results, "exact_acc", "held-out exact-number accuracy", " points", 100, True, 1),
-        _compare_line(results, "log_mae", "held-out log-MAE, lower is better", "", 1, False, 3),
-    ]
-    if any("bench_macc" in per for per in results["losses"].values()):
-        lines.append(_compare_line(results, "bench_macc", "benchmark mACC", " points", 100, True, 1))
-    ranked = sorted(
-        (
-            (per["exact_acc"]["mean"], loss)
-            for loss, per in results["losses"].items()
-            if per.get("exact_acc", {}).get("mean") is not None
-        ),
-        reverse=True,
-    )
-    if ranked:
-        lines.append(
-            "Ranking by mean held-out exact-number accuracy: "
-            + ", ".join(f"{loss} {100 * value:.1f}" for value, loss in ranked)
-            + "."
-        )
+def _entropy_line(results: dict) -> Optional[str]:
     entropy = {
         loss: per["tf_digit_entropy"]["mean"]
         for loss, per in results["losses"].items()
         if per.get("tf_digit_entropy", {}).get("mean") is not None
     }
-    if entropy:
-        ordered = sorted(entropy, key=entropy.get)
-        text = "Digit entropy (nats, teacher-forced, held-out), lowest first: " + ", ".join(
-            f"{loss} {entropy[loss]:.3f}" for loss in ordered
+    if not entropy:
+        return None
+    ordered = sorted(entropy, key=entropy.get)
+    text = "Digit entropy (nats, teacher-forced, held-out), lowest first: " + ", ".join(
+        f"{loss} {entropy[loss]:.3f}" for loss in ordered
+    )
+    reference = results.get("reference", {}).get("tf_digit_entropy")
+    if reference is not None:
+        text += f"; pretrained {reference:.3f}"
+    if all(loss in entropy for loss in PAPER_ENTROPY_ORDER):
+        holds = entropy["ntl_was"] < entropy["del"] < entropy["dist2"]
+        text += (
+            ". The paper's ordering NTL-WAS < DEL < DIST2 (NTL over-sharpens, DIST2 over-flattens, DEL in "
+            f"between) {'holds' if holds else 'does not hold'} here"
         )
-        reference = results.get("reference", {}).get("tf_digit_entropy")
-        if reference is not None:
-            text += f"; pretrained {reference:.3f}"
-        if all(loss in entropy for loss in PAPER_ENTROPY_ORDER):
-            holds = entropy["ntl_was"] < entropy["del"] < entropy["dist2"]
-            text += (
-                ". The paper's ordering NTL-WAS < DEL < DIST2 (NTL over-sharpens, DIST2 over-flattens, DEL in "
-                f"between) {'holds' if holds else 'does not hold'} here"
-            )
-        lines.append(text + ".")
-    return lines
+    return text + "."
+
+
+def verdicts(results: dict) -> list[str]:
+    """The computed conclusions: every loss vs MLE on each compared metric (paired 95% intervals,
+    :mod:`del_core.study.comparison`), the ranking by the primary metric, and the digit-entropy
+    ordering against the paper's."""
+    lines = [comparison_line(c) for c in results.get("comparisons", [])]
+    if not lines:
+        lines.append("No comparison with MLE: MLE and another loss need finished runs with a common seed.")
+    return lines + [line for line in (_ranking(results), _entropy_line(results)) if line]
+
+
+def comparison_table(results: dict) -> list[str]:
+    """Markdown rows: per loss, the paired difference with MLE on each compared metric (95% CI over
+    seeds, and the half-width over problems where there is one) and its verdict."""
+    by_loss: dict[str, dict[str, dict]] = {}
+    for comparison in results.get("comparisons", []):
+        by_loss.setdefault(comparison["loss"], {})[comparison["metric"]] = comparison
+    if not by_loss:
+        return []
+    metrics = list(METRIC_LABELS)
+    out = [
+        "| loss | " + " | ".join(f"{METRIC_LABELS[m][0]} vs MLE" for m in metrics) + " |",
+        "|---|" + "---|" * len(metrics),
+    ]
+    for loss, per in by_loss.items():
+        cells = []
+        for metric in metrics:
+            found = per.get(metric)
+            if found is None:
+                cells.append("-")
+                continue
+            _, _, scale, digits = METRIC_LABELS[metric]
+            cell = _interval_text(found["over_seeds"], scale, digits)
+            problems = found.get("over_problems")
+            if problems is not None and problems["half_width"] is not None:
+                cell += f" (problems ±{scale * problems['half_width']:.{digits}f})"
+            cells.append(f"{cell}: {found['verdict']}")
+        out.append(f"| {loss} | " + " | ".join(cells) + " |")
+    return out
 
 
 def markdown(results: dict) -> str:
@@ -158,18 +179,27 @@ def markdown(results: dict) -> str:
             + " | ".join(_cell(per.get(key), scale, digits) for key, _, scale, digits, _ in columns)
             + f" | {_cell(per.get('train_time_s'), 1, 0)} |"
         )
+    table = comparison_table(results)
+    if table:
+        out += ["", "## Each loss vs MLE (paired differences, 95% CI over seeds)", "", *table]
     out += ["", "## Verdict (computed from the numbers above)", ""] + [f"- {line}" for line in verdicts(results)]
     out += [
         "",
         "## Columns",
         "",
-        "- exact-number acc.: greedy answers to held-out problems of the study's generator (steps-style unless "
-        'configured), the number after "The answer is" (else the last number) equal to the gold.',
+        "- TF answer acc. (primary): teacher-forced on the held-out split, the share of problems whose stated "
+        "answer (the last number of the reference) is the full-vocabulary argmax at each of its tokens and at "
+        "the token that ends it, given the reference prefix (del_core/evaluation/forced_answers.py).",
+        "- greedy exact acc.: greedy answers to the first held-out problems of the generated styles, the number "
+        'after "The answer is" (else the last number) equal to the gold.',
         "- MAE, log-MAE: over answered held-out problems, mean |p - g| and mean "
         "|sign(p) ln(1+|p|) - sign(g) ln(1+|g|)| (del_core/evaluation/scoring.py); answered: share with a number.",
-        "- TF number acc., digit entropy, held-out CE: teacher-forced on the held-out split after training "
-        "(train.py's eval record labelled after): share of numbers with every digit right, mean entropy of the "
-        "ten-digit distribution at digit positions, token cross-entropy. Reference row: before training.",
+        "- TF number acc., digit entropy, held-out CE: teacher-forced over the same rows: share of numbers with "
+        "every digit right (argmax among the digits), mean entropy of the ten-digit distribution at digit "
+        "positions, token cross-entropy. Reference row: the starting model, scored the same way.",
+        "- vs MLE: loss minus MLE, seed by seed; [low, high] is the 95% t interval over seeds (it decides the "
+        "verdict); problems ± is the half-width over held-out problems of the seed-averaged per-problem "
+        "difference (test-set noise alone).",
         "- benchmark columns: recipes/evaluate.py (program of thought, chain-of-thought retry) on the first "
         f"{results.get('config', {}).get('benchmark_limit', '?')} questions of each benchmark.",
         "- train s: train.py's training-loop time (start-up, evaluation and export excluded).",

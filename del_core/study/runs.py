@@ -1,5 +1,6 @@
-"""One unit of the study's work: a training run (``recipes/train.py`` in a subprocess), the greedy
-held-out answers of a model, and the benchmarks (``recipes/evaluate.py`` in a subprocess).
+"""One unit of the study's work: a training run (``recipes/train.py`` in a subprocess), the
+held-out scores of a model (teacher-forced and greedy answers), and the benchmarks
+(``recipes/evaluate.py`` in a subprocess).
 
 Every step has a done marker, written last, so an interrupted study redoes only what is missing:
 the "final" record of RUN_DIR/metrics.jsonl (training), and the summary.json of
@@ -8,6 +9,7 @@ UNIT_DIR/heldout/ and UNIT_DIR/benchmarks/ (evaluations).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,11 +18,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from del_core.data.jsonl import write_jsonl
-from del_core.data.prompting import format_prompt
+from del_core.data.prompting import PromptFormat
 from del_core.study.config import StudyConfig, StudyError, train_overrides
+from del_core.training.config import DataConfig
 from del_core.training.records import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,12 +82,27 @@ def train_run(config: StudyConfig, loss: str, seed: int, run_dir: Path) -> None:
         raise StudyError(f"training {loss} seed {seed} exited 0 but wrote no final record in {run_dir}/metrics.jsonl")
 
 
-def evaluate_heldout(config: StudyConfig, model: str, rows: Sequence[dict], out_dir: Path) -> None:
-    """Greedy answers of ``model`` to ``rows`` (the training prompt template, batched HF generate),
-    scored into OUT_DIR/predictions.jsonl and OUT_DIR/summary.json (written last: the done marker;
-    HeldoutSummary fields plus ``seconds``, the wall time of loading, generating and scoring)."""
+def data_option(config: StudyConfig, name: str) -> Any:
+    """The training runs' ``data.<name>`` (the study's train section, else DataConfig's default):
+    the held-out rows are encoded and prompted as the runs were trained."""
+    return config.train.get("data", {}).get(name, getattr(DataConfig(), name))
+
+
+def evaluate_heldout(
+    config: StudyConfig, model: str, forced_rows: Sequence[dict], greedy_rows: Sequence[dict], out_dir: Path
+) -> None:
+    """Score ``model`` on the held-out split, into OUT_DIR (summary.json written last: the done marker):
+
+    teacher_forced.jsonl  per row of ``forced_rows``: whether its answer is right under teacher
+                          forcing (:mod:`del_core.evaluation.forced_answers`)
+    predictions.jsonl     greedy answers to ``greedy_rows`` (batched HF generate), scored
+    summary.json          HeldoutSummary fields of the greedy answers, ``teacher_forced`` (answer_acc,
+                          n and the teacher-forced means), ``seconds`` (load, score and generate)
+
+    Both use the training runs' prompt format (``data.prompt_format``) and ``data.max_length``."""
     import torch
 
+    from del_core.evaluation.forced_answers import score_forced_answers
     from del_core.evaluation.generation import HFGenerator
     from del_core.evaluation.heldout import score_heldout
     from del_core.models.sources import resolve_model
@@ -94,11 +112,31 @@ def evaluate_heldout(config: StudyConfig, model: str, rows: Sequence[dict], out_
     generator = HFGenerator(
         resolve_model(model), batch_size=config.eval_batch_size, max_new_tokens=config.heldout_max_new_tokens
     )
-    outputs = generator.generate([format_prompt(r["instruction"], r.get("input", "")) for r in rows], desc="held-out")
+    prompt_format = data_option(config, "prompt_format")
+    forced = score_forced_answers(
+        generator.model,
+        generator.tokenizer,
+        forced_rows,
+        prompt_format,
+        data_option(config, "max_length"),
+        config.eval_batch_size,
+        generator.device,
+    )
+    forced_records = [
+        {"index": i, "answer": row.get("answer"), "correct": hit}
+        for i, (row, hit) in enumerate(zip(forced_rows, forced.hits))
+    ]
+    write_jsonl(out_dir / "teacher_forced.jsonl", forced_records)
+    prompts = PromptFormat(prompt_format, generator.tokenizer)
+    outputs = generator.generate([prompts.row_prompt(r) for r in greedy_rows], desc="held-out") if greedy_rows else []
     del generator
-    scored, summary = score_heldout(rows, outputs)
+    scored, summary = score_heldout(greedy_rows, outputs)
     write_jsonl(out_dir / "predictions.jsonl", scored)
-    _write_marker(out_dir / "summary.json", {**summary.to_json(), "seconds": round(time.time() - started, 1)})
+    teacher_forced = {"answer_acc": forced.answer_acc, "n": len(forced.hits), **dataclasses.asdict(forced.metrics)}
+    _write_marker(
+        out_dir / "summary.json",
+        {**summary.to_json(), "teacher_forced": teacher_forced, "seconds": round(time.time() - started, 1)},
+    )
 
 
 def _write_marker(path: Path, data: dict) -> None:

@@ -52,7 +52,7 @@ def test_study_smoke_two_losses_one_seed_then_resume(tmp_path):
     args = [str(CPU_CONFIG), "--model", str(model), "--losses", "mle,del", "--seeds", "0", "--output_root", str(out),
             "--max_steps", "2", "--global_batch_size", "4", "--micro_batch_size", "4", "--lr", "1e-3",
             "--train_size", "24", "--heldout_size", "4", "--heldout_generate", "3", "--heldout_max_new_tokens", "6",
-            "--benchmark-dir", str(root / "data" / "benchmarks"), "--benchmark_limit", "2",
+            "--benchmarks", "gsm8k,svamp", "--benchmark-dir", str(root / "data" / "benchmarks"), "--benchmark_limit", "2",
             "--benchmark_max_new_tokens", "8", "--threads", "1", "--cache_dir", str(tmp_path / "cache")]  # fmt: skip
     first, _ = _study(args)
     assert "3/3 del seed 0" in first.stdout and "ETA" in first.stdout
@@ -62,21 +62,28 @@ def test_study_smoke_two_losses_one_seed_then_resume(tmp_path):
     assert set(results["losses"]) == {"mle", "del"}
     for loss, per in results["losses"].items():
         run = results["runs"][loss]["0"]
-        for key in ("exact_acc", "answered", "tf_number_acc", "tf_digit_entropy", "tf_ce", "gsm8k_acc", "svamp_acc",
-                    "bench_macc", "train_time_s"):  # fmt: skip
+        for key in ("exact_acc", "answered", "tf_answer_acc", "tf_number_acc", "tf_digit_entropy", "tf_ce",
+                    "gsm8k_acc", "svamp_acc", "bench_macc", "train_time_s"):  # fmt: skip
             assert per[key]["n"] == 1 and per[key]["std"] is None, (loss, key)
             assert math.isfinite(per[key]["mean"]) and per[key]["mean"] == run[key], (loss, key)
         assert per["tf_digit_entropy"]["mean"] > 0 and 0 <= per["exact_acc"]["mean"] <= 1
         assert results["curves"][loss]["step"] == [1, 2] and all(map(math.isfinite, results["curves"][loss]["mean"]))
     assert math.isfinite(results["reference"]["tf_digit_entropy"]) and "exact_acc" in results["reference"]
-    assert any(line.startswith("DEL vs MLE (held-out exact-number accuracy)") for line in results["verdict"])
+    assert any(line.startswith("del vs mle (teacher-forced answer accuracy)") for line in results["verdict"])
+    [comparison] = [c for c in results["comparisons"] if c["metric"] == "tf_answer_acc"]
+    assert comparison["over_seeds"]["n"] == 1 and comparison["verdict"] == "no difference"  # one seed: no interval
+    assert comparison["over_problems"]["n"] == 4  # heldout_size problems, teacher-forced
+    for name in ("mle", "del", "pretrained"):  # 4 rows teacher-forced, 3 greedy
+        unit = out / name / "seed0" if name != "pretrained" else out / name
+        summary = json.loads((unit / "heldout" / "summary.json").read_text())
+        assert summary["n"] == 3 and summary["teacher_forced"]["n"] == 4
+        assert len((unit / "heldout" / "teacher_forced.jsonl").read_text().splitlines()) == 4
     for name in ("mle", "del"):  # evaluate.py's outputs for 2 + 2 questions
-        assert json.loads((out / name / "seed0" / "heldout" / "summary.json").read_text())["n"] == 3
         bench = json.loads((out / name / "seed0" / "benchmarks" / "summary.json").read_text())
         assert {b: s["n"] for b, s in bench["benchmarks"].items()} == {"gsm8k": 2, "svamp": 2}
     table = (out / "results.md").read_text()
     assert "| pretrained (reference) |" in table and "| mle | 1 |" in table and "| del | 1 |" in table
-    assert "DEL vs MLE" in table
+    assert "del vs mle" in table and "## Each loss vs MLE" in table
     assert (out / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     metrics = {name: (out / name / "seed0" / "metrics.jsonl").stat().st_mtime_ns for name in ("mle", "del")}
