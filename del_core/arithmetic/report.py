@@ -15,7 +15,7 @@ from typing import Any, Optional
 from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.protocol import BenchOutcome
 from del_core.arithmetic.runs import RunResult
-from del_core.evaluation.confidence import Interval, paired_difference, t_interval, verdict
+from del_core.evaluation.confidence import Interval, paired_difference, seeds_for_half_width, t_interval, verdict
 
 # (key of EvalResult, label, scale for printing, higher is better)
 METRICS = (
@@ -139,6 +139,9 @@ def markdown(
 ) -> str:
     half = achieved_half_width(config, summary)
     half_text = "n/a" if half is None else f"{half:.2f} points"
+    if half is not None and half > config.target_half_width and len(config.seeds) >= 2:
+        needed = seeds_for_half_width(half, len(config.seeds), config.target_half_width)
+        half_text += f"; at this spread about {needed or '> 1000'} seeds would reach the target"
     lines = [
         "# Numeric-loss benchmark (from scratch)",
         "",

@@ -63,6 +63,17 @@ def paired_difference(values: Mapping[int, float], baseline: Mapping[int, float]
     return t_interval([values[s] - baseline[s] for s in seeds])
 
 
+def seeds_for_half_width(half_width: float, n: int, target: float, most: int = 1000) -> Optional[int]:
+    """The fewest seeds whose t half-width would be <= ``target``, for the spread that gave
+    ``half_width`` over ``n`` values (sd = half_width * sqrt(n) / t(0.975, n - 1), assumed to stay);
+    None when ``most`` seeds would not do. A planning figure, not a guarantee: the spread itself is
+    estimated from ``n`` values."""
+    if n < 2 or target <= 0:
+        raise ValueError(f"need n >= 2 and target > 0, got n={n}, target={target}")
+    sd = half_width * math.sqrt(n) / t_quantile(n - 1)
+    return next((m for m in range(2, most + 1) if t_quantile(m - 1) * sd / math.sqrt(m) <= target), None)
+
+
 def verdict(difference: Interval, higher_is_better: bool) -> str:
     """ "better" / "worse" when the 95% interval excludes 0, else "no difference"."""
     if not difference.excludes_zero:

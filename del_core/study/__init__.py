@@ -2,9 +2,10 @@
 and hyper-parameters, every run evaluated the same way, and a results table and plot.
 
     config  StudyConfig, load_study_config, train_overrides (each run's train.py command line)
-    data    the study's rows (steps or programs) and its train / held-out splits
-    runs    train.py and evaluate.py in subprocesses, greedy held-out answers
+    data    the study's rows (steps, programs or equations) and its train / held-out splits
+    runs    train.py and evaluate.py in subprocesses, teacher-forced and greedy held-out answers
     metrics run_metrics, aggregate, mean_curve, collect_results
+    comparison  every loss vs MLE, paired over seeds and over problems, with 95% intervals
     report  results.json, results.md, results.png
     pipeline  run_study and the command line of ``recipes/study.py``
 """

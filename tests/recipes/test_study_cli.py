@@ -52,8 +52,9 @@ def test_study_smoke_two_losses_one_seed_then_resume(tmp_path):
     args = [str(CPU_CONFIG), "--model", str(model), "--losses", "mle,del", "--seeds", "0", "--output_root", str(out),
             "--max_steps", "2", "--global_batch_size", "4", "--micro_batch_size", "4", "--lr", "1e-3",
             "--train_size", "24", "--heldout_size", "4", "--heldout_generate", "3", "--heldout_max_new_tokens", "6",
-            "--benchmarks", "gsm8k,svamp", "--benchmark-dir", str(root / "data" / "benchmarks"), "--benchmark_limit", "2",
-            "--benchmark_max_new_tokens", "8", "--threads", "1", "--cache_dir", str(tmp_path / "cache")]  # fmt: skip
+            "--benchmarks", "gsm8k,svamp", "--benchmark-dir", str(root / "data" / "benchmarks"),
+            "--benchmark_limit", "2", "--benchmark_max_new_tokens", "8", "--threads", "1",
+            "--cache_dir", str(tmp_path / "cache")]  # fmt: skip
     first, _ = _study(args)
     assert "3/3 del seed 0" in first.stdout and "ETA" in first.stdout
     assert first.stdout.count("trained in") == 2

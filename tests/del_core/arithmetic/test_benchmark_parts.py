@@ -16,7 +16,7 @@ from del_core.arithmetic.runs import RunResult, RunSpec, encode_batch
 from del_core.arithmetic.scoring import EvalResult, score_answers
 from del_core.arithmetic.tasks import TASKS, Problem, make_split
 from del_core.arithmetic.tokenizer import build_tokenizer
-from del_core.evaluation.confidence import paired_difference, t_interval, verdict
+from del_core.evaluation.confidence import paired_difference, seeds_for_half_width, t_interval, verdict
 
 SCALE = {"km": 3, "m": 0, "cm": -2, "mm": -3, "kg": 3, "g": 0}
 
@@ -101,6 +101,16 @@ def test_t_interval_and_paired_difference_by_hand():
     assert diff.half_width == pytest.approx(4.303 * sd / math.sqrt(3), rel=1e-3)
     assert verdict(diff, higher_is_better=True) == "better" and verdict(diff, higher_is_better=False) == "worse"
     assert verdict(t_interval([-1.0, 1.0, 0.5]), True) == "no difference"
+
+
+def test_seeds_for_half_width_by_hand():
+    # 7.36 over 5 seeds: sd = 7.36 * sqrt(5) / 2.776 = 5.928; 17 seeds give 2.120 * 5.928 / sqrt(17)
+    # = 3.048 > 3, 18 give 2.110 * 5.928 / sqrt(18) = 2.948 <= 3.
+    assert seeds_for_half_width(7.36, 5, 3.0) == 18
+    assert seeds_for_half_width(2.5, 5, 3.0) == 5  # 4 seeds: 3.182 * 2.014 / 2 = 3.20 > 3
+    assert seeds_for_half_width(1e6, 5, 3.0) is None
+    with pytest.raises(ValueError, match="n >= 2"):
+        seeds_for_half_width(3.0, 1, 3.0)
 
 
 def _result(loss, weight, seed, acc, log_mae) -> RunResult:

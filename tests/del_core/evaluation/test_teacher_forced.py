@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from del_core import DigitVocab, number_spans
-from del_core.evaluation.teacher_forced import TEACHER_FORCED_SUMS, summarise, teacher_forced_sums
+from del_core.evaluation.teacher_forced import TEACHER_FORCED_SUMS, answer_hits, summarise, teacher_forced_sums
 
 
 def _summary(logits, targets, vocab, spans=None):
@@ -106,3 +106,76 @@ def test_multi_digit_tokens_are_scored_within_their_width_group():
     assert metrics.digit_entropy == pytest.approx(entropy / 5, rel=1e-5)
     # "456.7": both tokens are their group's argmax, so the number is right.
     assert _summary(logits[:, :3], torch.tensor([case.encode("456.7")]), case.vocab).number_acc == 1.0
+
+
+def _predicting(tokens, vocab_size=13):
+    """Logits [1, T, V] whose argmax at position t is tokens[t]."""
+    logits = torch.zeros(1, len(tokens), vocab_size)
+    logits[0, torch.arange(len(tokens)), torch.tensor(tokens)] = 3.0
+    return logits
+
+
+ANSWER_VOCAB = DigitVocab(tuple(range(10)), 10)  # ids 0..9 digits, 10 '.', 11 a word, 12 end of turn
+
+
+@pytest.mark.parametrize(
+    ("targets", "predicted", "right"),
+    [
+        ([11, 3, 9, 10, 12], [11, 3, 9, 10, 12], True),  # "x 39." all right
+        ([11, 3, 9, 10, 12], [5, 3, 9, 11, 11], True),  # before the answer, and after its end: not scored
+        ([11, 3, 9, 12, -100], [11, 3, 9, 11, 0], True),  # "39" ended by any non-number token
+        ([11, 3, 9, 12, -100], [11, 3, 9, 0, 0], False),  # "390": the number does not end
+        ([11, 3, 9, 10, 12], [11, 3, 9, 5, 12], False),  # "395"
+        ([11, 3, 9, 10, 12], [11, 3, 9, 10, 12], True),  # the full stop is the ending, and right
+        ([11, 2, 10, 5, 12], [11, 2, 11, 5, 12], False),  # "2.5": its point is inside, and wrong
+        ([11, 3, 9, 10, 12], [11, 3, 8, 10, 12], False),  # a wrong digit
+        ([1, 11, 3, 9, 12], [7, 11, 3, 9, 12], True),  # only the LAST number is the answer
+        ([11, 11, 11, 12, -100], [11, 11, 11, 12, 12], False),  # no number at all
+    ],
+)
+def test_answer_hits_by_hand(targets, predicted, right):
+    targets = torch.tensor([targets])
+    hits = answer_hits(_predicting(predicted), targets, number_spans(targets, ANSWER_VOCAB), ANSWER_VOCAB)
+    assert hits.tolist() == [right]
+
+
+def _answer_right_reference(logits, targets, vocab):
+    """A loop over tokens, written from answer_hits' docstring."""
+    numeric = set(vocab.digit_ids) | {vocab.point_id}
+    predicted, labels = logits.argmax(-1).tolist(), targets.tolist()
+    spans, current = [], None
+    for t, label in enumerate(labels):
+        if label in numeric:
+            current = current if current is not None else []
+            current.append(t)
+        elif current is not None:
+            spans.append(current)
+            current = None
+    if current is not None:
+        spans.append(current)
+    digits = [t for t in (spans[-1] if spans else []) if labels[t] in vocab.digit_ids]
+    if not digits:
+        return False
+    last = digits[-1]
+    if any(predicted[t] != labels[t] for t in spans[-1] if t <= last):
+        return False
+    end = last + 1
+    if end == len(labels) or labels[end] == -100 or predicted[end] == labels[end]:
+        return True
+    return predicted[end] not in numeric  # the number ends
+
+
+def test_answer_hits_match_a_loop_reference_on_random_batches():
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        # few token ids so that numbers, points and near-misses are frequent
+        targets = torch.randint(0, 13, (16, 9), generator=generator)
+        targets[targets == 12] = -100
+        logits = torch.randn(16, 9, 13, generator=generator)
+        right = targets.clamp_min(0)
+        copy = torch.rand(16, 9, generator=generator) < 0.8  # mostly right, so that some answers are
+        logits[copy] += 20 * torch.nn.functional.one_hot(right[copy], 13).float()
+        hits = answer_hits(logits, targets, number_spans(targets, ANSWER_VOCAB), ANSWER_VOCAB)
+        expected = [_answer_right_reference(logits[i], targets[i], ANSWER_VOCAB) for i in range(16)]
+        assert hits.tolist() == expected
+    assert 0 < sum(expected) < 16

@@ -14,9 +14,11 @@ import pytest
 from del_core.config import split_command_line
 from del_core.evaluation.heldout import score_heldout
 from del_core.study import StudyError, aggregate, load_study_config, mean_curve, run_metrics, train_overrides
+from del_core.study.comparison import compare_with_baseline
 from del_core.study.data import make_rows, make_splits
-from del_core.study.report import compare, markdown, verdicts
-from del_core.training.records import EvalRecord, FinalRecord, TrainRecord, record_to_json
+from del_core.study.metrics import RunResult
+from del_core.study.report import markdown, verdicts
+from del_core.training.records import FinalRecord, TrainRecord, record_to_json
 from helpers.shared import REPO
 
 CPU_CONFIG = REPO / "recipes" / "configs" / "study-cpu.yaml"
@@ -73,6 +75,18 @@ def test_generated_programs_print_their_answers_and_splits_are_disjoint():
     assert len(make_rows(20, seed=1, program_share=0.0)) == 20
 
 
+@pytest.mark.parametrize("set_name", ["basic", "study"])
+def test_equation_rows_end_with_their_answer(set_name):
+    rows = make_rows(400, seed=3, program_share=0.0, set_name=set_name, other_style="equation")
+    assert {r["style"] for r in rows} == {"equation"} and "The answer" not in "".join(r["output"] for r in rows)
+    for row in rows:  # the last number of the output is the answer, written as the answer is
+        assert row["output"].rsplit("= ", 1)[1] == row["answer"], row
+    same = make_rows(400, seed=3, program_share=0.0, set_name=set_name, other_style="steps")
+    assert [r["instruction"] for r in same] == [r["instruction"] for r in rows]  # the style draws nothing
+    with pytest.raises(ValueError, match="other_style must be steps or equation"):
+        make_rows(2, seed=3, other_style="answer")
+
+
 # make_splits(6, 3, seed=11), computed with recipes/study_data.py before the generators were merged.
 SPLIT_SEED_11 = [
     {"instruction": "What is 898 times 74?", "input": "", "output": "898 * 74 = 66452\nThe answer is 66452.",
@@ -92,27 +106,77 @@ def test_study_rows_are_the_ones_of_before_the_merge():
     assert heldout[0]["output"] == "287 * 87 = 24969\nThe answer is 24969."
 
 
+def _run(value, hits=None):
+    return RunResult({"exact_acc": value, "tf_answer_acc": value}, [], {"tf_answer_acc": hits} if hits else {})
+
+
+def test_comparisons_are_paired_over_seeds_and_problems():
+    # seeds 0..2: DEL 0.50/0.52/0.57, MLE 0.30/0.31/0.32 -> per-seed differences 0.20/0.21/0.25
+    runs = {
+        "del": {s: _run(v) for s, v in enumerate([0.50, 0.52, 0.57])},
+        "mle": {s: _run(v) for s, v in enumerate([0.30, 0.31, 0.32])},
+    }
+    [tf, exact] = compare_with_baseline(runs)
+    assert (tf.metric, exact.metric, tf.loss, tf.baseline) == ("tf_answer_acc", "exact_acc", "del", "mle")
+    sd = math.sqrt(((0.20 - 0.22) ** 2 + (0.21 - 0.22) ** 2 + (0.25 - 0.22) ** 2) / 2)
+    assert tf.over_seeds.mean == pytest.approx(0.22) and tf.over_seeds.n == 3
+    assert tf.over_seeds.half_width == pytest.approx(4.303 * sd / math.sqrt(3))
+    assert tf.verdict == "better" and tf.over_problems is None  # no per-problem results given
+    # An unpaired difference of the same means would be "no difference" here: the seeds' shared
+    # noise cancels only when paired.
+    noisy = {
+        "del": {s: _run(v) for s, v in enumerate([0.50, 0.20, 0.80])},
+        "mle": {s: _run(v) for s, v in enumerate([0.45, 0.16, 0.74])},
+    }
+    assert compare_with_baseline(noisy)[0].verdict == "better"
+    worse = {"del": runs["mle"], "mle": runs["del"]}
+    assert compare_with_baseline(worse)[0].verdict == "worse"
+    one_seed = {"del": {0: _run(0.9)}, "mle": {0: _run(0.1)}}
+    assert compare_with_baseline(one_seed)[0].over_seeds.half_width is None
+    assert compare_with_baseline(one_seed)[0].verdict == "no difference"
+
+
+def test_over_problems_averages_the_seeds_per_problem():
+    # 4 problems, 2 seeds. Per problem and seed, del - mle: seed 0 [1, 0, 0, -1], seed 1 [1, 1, 0, 0]
+    # -> per-problem means [1, 0.5, 0, -0.5], mean 0.25, sd sqrt(0.4166...), t(3) 3.182.
+    runs = {
+        "del": {0: _run(0.5, [1, 1, 0, 0]), 1: _run(0.75, [1, 1, 1, 0])},
+        "mle": {0: _run(0.5, [0, 1, 0, 1]), 1: _run(0.25, [0, 0, 1, 0])},
+    }
+    comparison = compare_with_baseline(runs)[0]
+    sd = math.sqrt(sum((v - 0.25) ** 2 for v in (1, 0.5, 0, -0.5)) / 3)
+    assert comparison.over_problems.mean == pytest.approx(0.25) and comparison.over_problems.n == 4
+    assert comparison.over_problems.half_width == pytest.approx(3.182 * sd / 2)
+    runs["mle"][1] = _run(0.25, [0, 0, 1])  # different problem counts: no per-problem interval
+    assert compare_with_baseline(runs)[0].over_problems is None
+
+
 def _results(del_values, mle_values):
+    runs = {
+        "del": {s: _run(v) for s, v in enumerate(del_values)},
+        "mle": {s: _run(v) for s, v in enumerate(mle_values)},
+    }
     return {
         "model": "m", "seeds": [0, 1, 2], "reference": {}, "config": {},
-        "losses": {"del": {"exact_acc": aggregate(del_values), "tf_digit_entropy": aggregate([0.5])},
-                   "mle": {"exact_acc": aggregate(mle_values), "tf_digit_entropy": aggregate([0.4])}},
+        "losses": {"del": {"tf_answer_acc": aggregate(del_values), "tf_digit_entropy": aggregate([0.5])},
+                   "mle": {"tf_answer_acc": aggregate(mle_values), "tf_digit_entropy": aggregate([0.4])}},
+        "comparisons": [c.to_json() for c in compare_with_baseline(runs)],
     }  # fmt: skip
 
 
-def test_verdict_is_computed_from_the_numbers():
+def test_verdict_lines_and_tables_are_computed_from_the_numbers():
     clear = _results([0.50, 0.52, 0.54], [0.30, 0.31, 0.32])
-    found = compare(clear, "exact_acc", "del", "mle")
-    assert found["diff"] == pytest.approx(21.0)
-    assert found["se"] == pytest.approx(100 * math.sqrt(0.02**2 / 3 + 0.01**2 / 3))
-    assert found["verdict"] == "better"
-    assert "+21.0 points" in verdicts(clear)[0] and "DEL is better than MLE here" in verdicts(clear)[0]
-    noisy = _results([0.50, 0.20, 0.80], [0.45, 0.15, 0.75])
-    assert compare(noisy, "exact_acc", "del", "mle")["verdict"] == "unclear"
-    worse = _results([0.30, 0.31, 0.32], [0.50, 0.52, 0.54])
-    assert "DEL is worse than MLE here" in verdicts(worse)[0]
+    lines = verdicts(clear)
+    half = 100 * 4.303 * 0.01 / math.sqrt(3)  # differences 0.20, 0.21, 0.22: sd 0.01
+    assert lines[0] == (
+        f"del vs mle (teacher-forced answer accuracy): +21.0 [{21 - half:+.1f}, {21 + half:+.1f}] points, "
+        "95% CI over 3 seeds: better than MLE."
+    )
+    assert "Ranking by mean teacher-forced answer accuracy: del 52.0, mle 31.0." in lines
+    assert "worse than MLE" in verdicts(_results([0.30, 0.31, 0.32], [0.50, 0.52, 0.55]))[0]
     table = markdown(clear)
     assert "| del | 3 | 52.0 ± 2.0 |" in table and "| mle | 3 | 31.0 ± 1.0 |" in table
+    assert f"| del | +21.0 [{21 - half:+.1f}, {21 + half:+.1f}]: better |" in table
 
 
 def test_config_errors_name_the_key(tmp_path):
@@ -132,10 +196,20 @@ def test_config_errors_name_the_key(tmp_path):
         load_study_config(CPU_CONFIG, ["run.global_batch_size=12"])
     with pytest.raises(StudyError, match="heldout_size must be > 0"):
         load_study_config(None, ["heldout_size=0"])
+    with pytest.raises(StudyError, match="problem_set: unknown 'basics'; choose from training, study, basic"):
+        load_study_config(CPU_CONFIG, ["problem_set=basics"])
+    with pytest.raises(StudyError, match="solution_style must be steps or equation, got 'answer'"):
+        load_study_config(CPU_CONFIG, ["solution_style=answer"])
+    with pytest.raises(StudyError, match="auto_ratios: 'dell' is not a loss"):
+        load_study_config(CPU_CONFIG, ["auto_ratios={dell: 0.1}"])
     config = load_study_config(CPU_CONFIG, ["max_steps=3", "losses=mle,del", "seeds=0,1"])
     assert config.losses == ["mle", "del"] and config.seeds == [0, 1] and config.train["run"]["max_steps"] == 3
     args = train_overrides(config, "del", 1, tmp_path / "run")
     assert "run.max_steps=3" in args and "loss=del" in args and "run.seed=1" in args and "data.eval_generate=0" in args
+    assert "loss.weight=auto" in args and "data.eval_size=0" in args  # the study scores the runs itself
+    ntl = train_overrides(load_study_config(CPU_CONFIG), "ntl_mse", 0, tmp_path / "run")
+    assert "loss.weight=auto" in ntl and "loss.auto_ratio=0.18" in ntl
+    assert not [a for a in train_overrides(config, "mle", 0, tmp_path / "run") if a.startswith("loss.auto_ratio")]
 
 
 def test_training_keys_in_every_spelling_reach_the_train_section(tmp_path):
@@ -160,19 +234,24 @@ def _write_metrics(run_dir, records):
     (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
 
 
-def test_run_metrics_read_the_typed_records(tmp_path):
+def test_run_metrics_read_the_typed_records_and_the_heldout_scores(tmp_path):
     def train(step, ce):
         return TrainRecord(step, ce + 0.1, ce, 0.1, 0.5, 0.2, 10, 4, 1e-3, 1.0, 100.0, 0.1, 1.0)
 
-    def held_out(step, label, ce):
-        return EvalRecord(step, label, ce, 0.5 + step / 10, 0.8 - step / 10, 0.25 + step / 10, 20, 8, 2)
-
-    before, after = held_out(0, "before", 3.0), held_out(2, "after", 2.0)
     run_dir = tmp_path / "mle" / "seed0"
-    _write_metrics(run_dir, [before, train(1, 2.5), train(2, 2.2), after, FinalRecord(2, 4.5, None, before, after)])
+    _write_metrics(run_dir, [train(1, 2.5), train(2, 2.2), FinalRecord(2, 4.5, None, None, None)])
     result = run_metrics(run_dir)
-    assert result.before == before
-    assert result.metrics["tf_ce"] == 2.0 and result.metrics["tf_number_acc"] == pytest.approx(0.45)
-    assert result.metrics["tf_digit_entropy"] == pytest.approx(0.6) and result.metrics["train_time_s"] == 4.5
+    assert result.metrics["train_time_s"] == 4.5 and result.metrics["tf_answer_acc"] is None
     assert [p["step"] for p in result.curve] == [1, 2] and result.curve[1]["ce"] == 2.2
-    assert result.metrics["exact_acc"] is None  # no held-out answers written
+    assert result.metrics["exact_acc"] is None and result.hits == {}  # no held-out scores written
+
+    heldout = run_dir / "heldout"
+    heldout.mkdir()
+    forced = {"answer_acc": 0.5, "n": 2, "ce": 0.7, "digit_acc": 0.9, "digit_entropy": 0.3, "number_acc": 0.6}
+    (heldout / "summary.json").write_text(json.dumps({"exact_acc": 1.0, "n": 1, "teacher_forced": forced}))
+    (heldout / "teacher_forced.jsonl").write_text('{"index": 0, "correct": true}\n{"index": 1, "correct": false}\n')
+    (heldout / "predictions.jsonl").write_text('{"index": 0, "correct": true}\n')
+    result = run_metrics(run_dir)
+    assert result.metrics["tf_answer_acc"] == 0.5 and result.metrics["tf_ce"] == 0.7
+    assert result.metrics["tf_digit_entropy"] == 0.3 and result.metrics["tf_number_acc"] == 0.6
+    assert result.hits == {"tf_answer_acc": [True, False], "exact_acc": [True]}
