@@ -11,15 +11,49 @@ for the project's generated rows is the X of "The answer is X.".
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
-from del_core.data.tokenized import collate, encode
-from del_core.evaluation.teacher_forced import TeacherForcedMetrics, answer_hits, summarise, teacher_forced_sums
+from del_core.data.tokenized import Example, TokenBatch, collate, encode
+from del_core.evaluation.teacher_forced import TeacherForcedMetrics, score_batch, summarise
 from del_core.vocab import DigitVocab
+
+
+@dataclass
+class ForcedScores:
+    """Teacher-forced scores of a list of examples: the named sums
+    (:data:`~del_core.evaluation.teacher_forced.TEACHER_FORCED_SUMS`, float64 scalars on the
+    device, summed over batches) and each example's answer hit (bool [N], on the device, in the
+    examples' order; no host sync per batch)."""
+
+    sums: dict[str, torch.Tensor]
+    hits: torch.Tensor
+
+
+@torch.no_grad()
+def score_examples(
+    logits_of: Callable[[TokenBatch], torch.Tensor],
+    examples: Sequence[Example],
+    batch_size: int,
+    pad_id: int,
+    vocab: Optional[DigitVocab],
+    device: Any,
+) -> ForcedScores:
+    """:class:`ForcedScores` of ``examples``, ``batch_size`` per forward. ``logits_of`` maps a
+    batch (on ``device``, spans attached) to its full-vocabulary logits [B, T, V]: the one place a
+    caller's model differs (a plain model, or a training objective gathering vocabulary shards)."""
+    totals: dict[str, torch.Tensor] = {}
+    hits: list[torch.Tensor] = []
+    for start in range(0, len(examples), batch_size):
+        batch = collate(examples[start : start + batch_size], pad_id).with_spans(vocab).to(device)
+        scores = score_batch(logits_of(batch), batch.targets, vocab, batch.spans)
+        hits.append(scores.hits)
+        for name, value in scores.sums.items():
+            totals[name] = totals.get(name, 0) + value
+    return ForcedScores(totals, torch.cat(hits) if hits else torch.zeros(0, dtype=torch.bool))
 
 
 @dataclass
@@ -27,11 +61,7 @@ class ForcedAnswers:
     """``hits[i]``: row i's answer is right under teacher forcing; ``metrics`` over all rows."""
 
     hits: list[bool]
-    metrics: TeacherForcedMetrics
-
-    @property
-    def answer_acc(self) -> float:
-        return sum(self.hits) / max(len(self.hits), 1)
+    metrics: TeacherForcedMetrics  # its tf_answer_acc is the share of ``hits``
 
 
 @torch.no_grad()
@@ -50,17 +80,14 @@ def score_forced_answers(
     vocab = DigitVocab.from_tokenizer(tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     examples = [encode(row, tokenizer, max_length, prompt_format, where=f"row {i}") for i, row in enumerate(rows)]
-    hits: list[bool] = []
-    totals: dict[str, float] = {}
+
+    def logits_of(batch: TokenBatch) -> torch.Tensor:
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+
     was_training = model.training
     model.eval()
     try:
-        for start in range(0, len(examples), batch_size):
-            batch = collate(examples[start : start + batch_size], pad_id).with_spans(vocab).to(device)
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
-            hits += answer_hits(logits, batch.targets, batch.spans, vocab).tolist()
-            for name, value in teacher_forced_sums(logits, batch.targets, vocab, batch.spans).items():
-                totals[name] = totals.get(name, 0.0) + float(value)
+        scores = score_examples(logits_of, examples, batch_size, pad_id, vocab, device)
     finally:
         model.train(was_training)
-    return ForcedAnswers(hits, summarise(totals))
+    return ForcedAnswers(scores.hits.tolist(), summarise({name: float(value) for name, value in scores.sums.items()}))

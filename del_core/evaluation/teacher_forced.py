@@ -9,6 +9,8 @@ and ranks, :func:`summarise`):
   digits        number-token targets
   right_numbers numbers (maximal digit/point spans) with every digit argmax-right
   numbers       numbers
+  answer_hits   sequences whose stated answer comes out right (:func:`answer_hits`)
+  answers       sequences with at least one target (blank padding rows are not answers)
 """
 
 from __future__ import annotations
@@ -23,7 +25,17 @@ from del_core.losses.digit_terms import number_entropy, number_hits
 from del_core.spans import IGNORE_INDEX, NumberSpans, number_spans
 from del_core.vocab import DigitVocab
 
-TEACHER_FORCED_SUMS = ("ce_sum", "tokens", "digit_hits", "entropy_sum", "digits", "right_numbers", "numbers")
+TEACHER_FORCED_SUMS = (
+    "ce_sum",
+    "tokens",
+    "digit_hits",
+    "entropy_sum",
+    "digits",
+    "right_numbers",
+    "numbers",
+    "answer_hits",
+    "answers",
+)
 
 
 @dataclass
@@ -37,6 +49,17 @@ class TeacherForcedMetrics:
     tokens: float
     digits: float
     numbers: float
+    tf_answer_acc: float  # share of sequences whose last number is right (:func:`answer_hits`)
+    answers: float
+
+
+@dataclass
+class BatchScores:
+    """One batch's :data:`TEACHER_FORCED_SUMS` (float64 scalars) and ``hits`` (bool [B], the
+    :func:`answer_hits` of each sequence; all False without a vocabulary)."""
+
+    sums: dict[str, torch.Tensor]
+    hits: torch.Tensor
 
 
 def _number_sums(digit_logits: torch.Tensor, spans: NumberSpans, vocab: DigitVocab) -> dict[str, torch.Tensor]:
@@ -63,14 +86,14 @@ def _number_sums(digit_logits: torch.Tensor, spans: NumberSpans, vocab: DigitVoc
 
 
 @torch.no_grad()
-def teacher_forced_sums(
+def score_batch(
     logits: torch.Tensor, targets: torch.Tensor, vocab: Optional[DigitVocab], spans: Optional[NumberSpans] = None
-) -> dict[str, torch.Tensor]:
-    """Named float64 scalar sums (:data:`TEACHER_FORCED_SUMS`) over one batch, on the logits' device.
+) -> BatchScores:
+    """:class:`BatchScores` of one batch, on the logits' device.
 
     ``logits`` [B, T, V], ``targets`` [B, T] aligned (-100 ignored); ``spans`` the targets' number
-    spans when the caller has them (computed here otherwise). Without a vocabulary the digit and
-    number sums are 0.
+    spans when the caller has them (computed here otherwise). Without a vocabulary the digit,
+    number and answer-hit sums are 0.
     """
     logits = logits.float()
     valid = targets != IGNORE_INDEX
@@ -78,12 +101,23 @@ def teacher_forced_sums(
     sums = {name: torch.zeros((), dtype=torch.float64, device=logits.device) for name in TEACHER_FORCED_SUMS}
     sums["ce_sum"] = torch.nn.functional.cross_entropy(logits[valid], targets[valid], reduction="sum").double()
     sums["tokens"] = valid.sum().double()
+    sums["answers"] = valid.any(-1).sum().double()
+    hits = torch.zeros(targets.shape[0], dtype=torch.bool, device=logits.device)
     if vocab is None:
-        return sums
+        return BatchScores(sums, hits)
     spans = spans if spans is not None else number_spans(targets, vocab)
     digit_logits = logits[..., vocab.number_tensor(logits.device)]
     sums.update(_number_sums(digit_logits, spans, vocab))
-    return sums
+    hits = answer_hits(logits, targets, spans, vocab)
+    sums["answer_hits"] = hits.sum().double()
+    return BatchScores(sums, hits)
+
+
+def teacher_forced_sums(
+    logits: torch.Tensor, targets: torch.Tensor, vocab: Optional[DigitVocab], spans: Optional[NumberSpans] = None
+) -> dict[str, torch.Tensor]:
+    """The named sums of :func:`score_batch` alone."""
+    return score_batch(logits, targets, vocab, spans).sums
 
 
 def summarise(sums: Mapping[str, float]) -> TeacherForcedMetrics:
@@ -96,6 +130,8 @@ def summarise(sums: Mapping[str, float]) -> TeacherForcedMetrics:
         tokens=sums["tokens"],
         digits=sums["digits"],
         numbers=sums["numbers"],
+        tf_answer_acc=sums["answer_hits"] / max(sums["answers"], 1),
+        answers=sums["answers"],
     )
 
 

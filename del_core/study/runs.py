@@ -132,7 +132,8 @@ def evaluate_heldout(
     del generator
     scored, summary = score_heldout(greedy_rows, outputs)
     write_jsonl(out_dir / "predictions.jsonl", scored)
-    teacher_forced = {"answer_acc": forced.answer_acc, "n": len(forced.hits), **dataclasses.asdict(forced.metrics)}
+    metrics = dataclasses.asdict(forced.metrics)
+    teacher_forced = {"answer_acc": forced.metrics.tf_answer_acc, "n": len(forced.hits), **metrics}
     _write_marker(
         out_dir / "summary.json",
         {**summary.to_json(), "teacher_forced": teacher_forced, "seconds": round(time.time() - started, 1)},

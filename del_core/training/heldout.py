@@ -19,10 +19,11 @@ from typing import Any, Optional
 import torch
 
 from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
-from del_core.data.tokenized import Example, collate
+from del_core.data.tokenized import Example, TokenBatch
+from del_core.evaluation.forced_answers import score_examples
 from del_core.evaluation.generation import generate_greedy
 from del_core.evaluation.heldout import answer_accuracy
-from del_core.evaluation.teacher_forced import summarise, teacher_forced_sums
+from del_core.evaluation.teacher_forced import summarise
 from del_core.parallel import ParallelDims, gather_vocab_shards, sum_named
 from del_core.spans import IGNORE_INDEX
 from del_core.training.objective import CausalLMObjective
@@ -62,19 +63,15 @@ class HeldOutEvaluator:
 
     @torch.no_grad()
     def _teacher_forced(self, objective: CausalLMObjective) -> dict[str, float]:
-        shard = self._shard()
-        totals: dict[str, torch.Tensor] = {}
-        for start in range(0, len(shard), self.micro_batch_size):
-            batch = collate(shard[start : start + self.micro_batch_size], self.pad_id).with_spans(self.vocab)
-            batch = batch.to(self.device)
-            logits = objective.lm(
-                input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-            ).logits
-            if objective.vocab_slice is not None:
-                logits = gather_vocab_shards(logits, objective.vocab_slice.vocab_size, objective.tp_group)
-            for name, value in teacher_forced_sums(logits, batch.targets, self.vocab, batch.spans).items():
-                totals[name] = totals.get(name, 0) + value
-        return sum_named(totals, self.device, self.dims.dp_group)
+        def logits_of(batch: TokenBatch) -> torch.Tensor:
+            lm_output = objective.lm(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
+            logits = lm_output.logits
+            if objective.vocab_slice is None:
+                return logits
+            return gather_vocab_shards(logits, objective.vocab_slice.vocab_size, objective.tp_group)
+
+        scores = score_examples(logits_of, self._shard(), self.micro_batch_size, self.pad_id, self.vocab, self.device)
+        return sum_named(scores.sums, self.device, self.dims.dp_group)
 
     def _answers(self, objective: CausalLMObjective) -> list[str]:
         rows = self.rows[: self.generate]

@@ -50,6 +50,8 @@ class EvalRecord:
     tokens: float
     digits: float
     numbers: float
+    tf_answer_acc: Optional[float] = None  # share of rows whose last number is right, teacher-forced
+    answers: Optional[float] = None  # rows scored teacher-forced (None in records written before it existed)
     answer_acc: Optional[float] = None  # share of greedy answers whose number equals the reference's
     kind: str = "eval"
 

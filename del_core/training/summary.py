@@ -12,7 +12,7 @@ from del_core.evaluation.heldout import score_heldout
 from del_core.training.heldout import HeldOutResult
 from del_core.training.records import EvalRecord
 
-_COLUMNS = ("ce", "digit_acc", "digit_entropy", "number_acc", "answer_acc")
+_COLUMNS = ("ce", "digit_acc", "digit_entropy", "number_acc", "tf_answer_acc", "answer_acc")
 _QUESTION_WIDTH = 58
 _ANSWER_WIDTH = 12
 HELDOUT_ANSWERS = "heldout_answers.jsonl"  # in OUTPUT_DIR: every greedy answer, before and after

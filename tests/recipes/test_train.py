@@ -52,7 +52,7 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
         "parallel.zero_stage": 3,
         "model.gradient_checkpointing": "true",
         "run.export": "true",
-        "data.eval_size": 6,
+        "data.eval_size": 7,  # 4 rows on rank 0, 3 and a blank one on rank 1
         "run.output_dir": out,
     }
     proc = run_train(2, overrides)
@@ -72,8 +72,9 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
 
     from transformers import AutoModelForCausalLM
 
+    from del_core import DigitVocab, number_spans
     from del_core.data import collate
-    from del_core.evaluation.teacher_forced import summarise, teacher_forced_sums
+    from del_core.evaluation.teacher_forced import answer_hits, summarise, teacher_forced_sums
     from del_core.tokenizers import load_tokenizer
     from del_core.training import load_train_config
     from del_core.training.trainer import training_data
@@ -89,6 +90,11 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
     sums = {k: float(v) for k, v in teacher_forced_sums(logits, batch.targets, None).items()}
     assert summarise(sums).ce == pytest.approx(final.after.ce, rel=1e-5)
     assert final.after.ce != pytest.approx(final.before.ce, rel=1e-3)  # training changed the model
+    # the logged teacher-forced answer accuracy: every held-out row's last number, in one batch here
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    hits = answer_hits(logits, batch.targets, number_spans(batch.targets, vocab), vocab)
+    assert final.after.answers == len(examples)
+    assert final.after.tf_answer_acc == pytest.approx(hits.float().mean().item())
 
 
 def test_zero3_chunked_loss_matches(base, reference, tmp_path):

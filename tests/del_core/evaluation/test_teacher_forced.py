@@ -8,7 +8,15 @@ import pytest
 import torch
 
 from del_core import DigitVocab, number_spans
-from del_core.evaluation.teacher_forced import TEACHER_FORCED_SUMS, answer_hits, summarise, teacher_forced_sums
+from del_core.data.tokenized import Example
+from del_core.evaluation.forced_answers import score_examples
+from del_core.evaluation.teacher_forced import (
+    TEACHER_FORCED_SUMS,
+    answer_hits,
+    score_batch,
+    summarise,
+    teacher_forced_sums,
+)
 
 
 def _summary(logits, targets, vocab, spans=None):
@@ -179,3 +187,38 @@ def test_answer_hits_match_a_loop_reference_on_random_batches():
         expected = [_answer_right_reference(logits[i], targets[i], ANSWER_VOCAB) for i in range(16)]
         assert hits.tolist() == expected
     assert 0 < sum(expected) < 16
+
+
+def test_batch_scores_count_answers_and_their_hits():
+    """Row 0's "39" is right, row 1's is not ("38"), row 2 is blank padding: 2 answers, 1 hit."""
+    targets = torch.tensor([[11, 3, 9, 12], [11, 3, 9, 12], [-100, -100, -100, -100]])
+    logits = torch.cat([_predicting([11, 3, 9, 12]), _predicting([11, 3, 8, 12]), _predicting([0, 0, 0, 0])])
+    scores = score_batch(logits, targets, ANSWER_VOCAB)
+    assert scores.hits.tolist() == [True, False, False]
+    assert (float(scores.sums["answer_hits"]), float(scores.sums["answers"])) == (1.0, 2.0)
+    metrics = summarise({k: float(v) for k, v in scores.sums.items()})
+    assert (metrics.tf_answer_acc, metrics.answers) == (0.5, 2.0)
+    assert scores.sums == teacher_forced_sums(logits, targets, ANSWER_VOCAB)
+    plain = score_batch(logits, targets, None)  # no vocabulary: no number is scored
+    assert plain.hits.tolist() == [False] * 3 and float(plain.sums["answers"]) == 2.0
+
+
+def test_scores_of_examples_do_not_depend_on_the_batch_size():
+    """score_examples over 5 examples of different lengths: the same sums and hits (in order) at
+    1, 2 and 5 per batch; the logits depend on the token only, so right padding changes nothing."""
+    table = torch.randn(13, 13, generator=torch.Generator().manual_seed(3))
+    table[torch.arange(13), (torch.arange(13) + 1) % 12] += 4.0  # mostly predicts id + 1
+
+    def logits_of(batch):
+        return table[batch.input_ids]
+
+    sequences = [[11, 2, 3, 12], [3, 4, 5], [11, 5, 6, 7, 12, 11], [8, 9], [11, 1, 2, 3, 4, 12]]
+    examples = [Example(ids, ids[1:] + [-100]) for ids in sequences]
+    reference = None
+    for batch_size in (1, 2, 5):
+        scores = score_examples(logits_of, examples, batch_size, 12, ANSWER_VOCAB, "cpu")
+        result = ({k: float(v) for k, v in scores.sums.items()}, scores.hits.tolist())
+        reference = reference or result
+        assert result[1] == reference[1]
+        assert result[0] == pytest.approx(reference[0], rel=1e-6)  # CE is summed in float32 per batch
+    assert reference[0]["answers"] == 5 and 0 < sum(reference[1]) < 5
