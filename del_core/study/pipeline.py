@@ -162,7 +162,7 @@ def run_study(config: StudyConfig, report_only: bool = False, log: Log = print) 
         check_resume(config, paths)
         _run_units(config, paths, log)
     results = collect_results(config, paths.root)
-    results["wall_time_s"] = round(time.time() - started, 1)
+    results["wall_time_s"] = None if report_only else round(time.time() - started, 1)
     results["unit_times_s"] = _read_timings(paths)
     write_report(results, paths.root)
     log(

@@ -200,14 +200,27 @@ def markdown(results: dict) -> str:
         "- vs MLE: loss minus MLE, seed by seed; [low, high] is the 95% t interval over seeds (it decides the "
         "verdict); problems ± is the half-width over held-out problems of the seed-averaged per-problem "
         "difference (test-set noise alone).",
-        "- benchmark columns: recipes/evaluate.py (program of thought, chain-of-thought retry) on the first "
-        f"{results.get('config', {}).get('benchmark_limit', '?')} questions of each benchmark.",
-        "- train s: train.py's training-loop time (start-up, evaluation and export excluded).",
-        "",
     ]
+    if results.get("config", {}).get("benchmarks"):
+        out.append(
+            "- benchmark columns: recipes/evaluate.py (program of thought, chain-of-thought retry) on the first "
+            f"{results['config'].get('benchmark_limit', '?')} questions of each benchmark."
+        )
+    out += ["- train s: train.py's training-loop time (start-up, evaluation and export excluded).", ""]
+    return "\n".join(out + _time_lines(results)) + "\n"
+
+
+def _time_lines(results: dict) -> list[str]:
+    """The study's cost: the units' own times (each unit's last run, so a resumed study still adds
+    up to one whole run) and the wall time of the invocation that ran them (absent for --report-only)."""
+    lines = []
+    units = results.get("unit_times_s") or {}
+    if units:
+        total = sum(units.values())
+        lines.append(f"Time of the {len(units)} units (training + scoring, each unit's last run): {total:.0f} s.")
     if results.get("wall_time_s") is not None:
-        out.append(f"Wall time of the invocation that wrote this report: {results['wall_time_s']:.0f} s.")
-    return "\n".join(out) + "\n"
+        lines.append(f"Wall time of the invocation that wrote this report: {results['wall_time_s']:.0f} s.")
+    return lines
 
 
 def plot(results: dict, path: Path) -> Path:

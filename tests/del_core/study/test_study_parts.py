@@ -177,6 +177,19 @@ def test_verdict_lines_and_tables_are_computed_from_the_numbers():
     table = markdown(clear)
     assert "| del | 3 | 52.0 ± 2.0 |" in table and "| mle | 3 | 31.0 ± 1.0 |" in table
     assert f"| del | +21.0 [{21 - half:+.1f}, {21 + half:+.1f}]: better |" in table
+    assert "benchmark columns" not in table  # the study ran no benchmark
+
+
+def test_report_states_the_units_time_and_the_invocation_wall_time():
+    """A resumed study's cost is the sum of its units' last runs; --report-only ran none of them,
+    so it states no wall time of its own."""
+    results = {**_results([0.5, 0.5, 0.5], [0.5, 0.5, 0.5]), "unit_times_s": {"mle seed 0": 61.25, "del seed 0": 60}}
+    assert markdown({**results, "wall_time_s": None}).endswith(
+        "Time of the 2 units (training + scoring, each unit's last run): 121 s.\n"
+    )
+    assert markdown({**results, "wall_time_s": 3000.4}).endswith(
+        "last run): 121 s.\nWall time of the invocation that wrote this report: 3000 s.\n"
+    )
 
 
 def test_config_errors_name_the_key(tmp_path):
