@@ -44,11 +44,11 @@ def _over_problems(per_loss: Mapping[int, Any], per_base: Mapping[int, Any], met
     run lacks per-problem results or the runs scored different numbers of problems."""
     seeds = sorted(set(per_loss) & set(per_base))
     pairs = [(per_loss[s].hits.get(metric), per_base[s].hits.get(metric)) for s in seeds]
-    if not pairs or any(a is None or b is None or len(a) != len(b) or not a for a, b in pairs):
-        return None
-    if len({len(a) for a, _ in pairs}) != 1:
+    if not pairs or any(a is None or b is None for a, b in pairs):
         return None
     problems = len(pairs[0][0])
+    if problems == 0 or any(len(a) != problems or len(b) != problems for a, b in pairs):
+        return None
     means = [sum(int(a[i]) - int(b[i]) for a, b in pairs) / len(pairs) for i in range(problems)]
     return t_interval(means)
 

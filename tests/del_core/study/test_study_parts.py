@@ -149,6 +149,8 @@ def test_over_problems_averages_the_seeds_per_problem():
     assert comparison.over_problems.half_width == pytest.approx(3.182 * sd / 2)
     runs["mle"][1] = _run(0.25, [0, 0, 1])  # different problem counts: no per-problem interval
     assert compare_with_baseline(runs)[0].over_problems is None
+    runs["del"][1] = _run(0.75, [1, 1, 1])  # seed 1 paired on 3 problems, seed 0 on 4: none either
+    assert compare_with_baseline(runs)[0].over_problems is None
 
 
 def _results(del_values, mle_values):
