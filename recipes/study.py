@@ -1,7 +1,7 @@
 """Does DEL help? Fine-tune one starting model with each loss under the same budget, data, seeds and
 hyper-parameters, evaluate every run the same way, and write a results table and a plot.
 
-    python recipes/study.py recipes/configs/study-cpu.yaml                 # ~50 min on 2 CPU cores
+    python recipes/study.py recipes/configs/study-cpu.yaml                 # ~2 h on 2 CPU cores
     python recipes/study.py recipes/configs/study-gpu.yaml --benchmark-dir DIR
     python recipes/study.py CONFIG --losses mle,del --seeds 0 --max_steps 2 --output_root runs/try
     python recipes/study.py CONFIG --report-only                          # tables and plot from what exists
