@@ -60,6 +60,9 @@ class StudyConfig:
     heldout_generate: int = 16  # held-out rows answered by greedy generation (of the styles below)
     generate_styles: list[str] = field(default_factory=lambda: ["steps"])  # steps, program, equation
     program_share: float = 0.5  # share of rows written as programs
+    # chat only: every row becomes a conversation opening with this system turn ("" = an empty one);
+    # None: Alpaca rows, asked with the chat template's default system turn (SmolLM2's is 16 tokens)
+    system_prompt: Optional[str] = None
     heldout_max_new_tokens: int = 40
     # benchmarks (recipes/evaluate.py)
     benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "svamp"])  # empty: none
@@ -236,6 +239,8 @@ def load_study_config(recipe: Optional[str | Path] = None, overrides: Sequence[s
         items = items_of_mapping(config.train, where) + cli_items
         config.train = nest(items)
         config.train = _typed_train_section(config, sorted({item.where for item in items}))
+        if config.system_prompt is not None and config.train.get("data", {}).get("prompt_format") != "chat":
+            raise ConfigError("system_prompt needs train.data.prompt_format=chat (an Alpaca prompt has no system turn)")
     except ConfigError as err:
         raise StudyError(str(err)) from None
     config.output_root = str(Path(config.output_root).resolve())  # train.py runs with the repository as cwd

@@ -6,6 +6,9 @@ A row is MathInstruct-style: ``instruction`` (the question; program-style rows e
 " Let's write a program.", the program-of-thought cue of :mod:`del_core.evaluation.prompts`),
 ``input`` (empty), ``output`` (the solution, always ending "The answer is X."), plus ``answer``
 (the exact answer as text), ``family`` (which generator) and ``style`` (steps | program | equation).
+With a ``system_prompt`` the row also carries ``messages``: that system turn, the question as the user
+turn and the output as the assistant turn; training, teacher forcing and generation then read the
+conversation (:func:`del_core.data.rows.is_conversation`), the scorers ``instruction`` and ``answer``.
 
     steps:    "12 * 2.35 = 28.2\\nThe answer is 28.2."
     program:  "```python\\ncount = 12\\nprice = 2.35\\ntotal = count * price\\nprint(round(total, 2))\\n```\\n
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from del_core.data.jsonl import read_jsonl, write_jsonl
+from del_core.data.prompting import alpaca_messages
 from del_core.data.synthetic import Problem, ProblemSet, problem_set
 from del_core.evaluation.prompts import PROGRAM_SUFFIX
 from del_core.study.config import StudyConfig, StudyError, StudyPaths
@@ -117,6 +121,11 @@ def make_splits(
     return train, heldout
 
 
+def with_system_turn(rows: Sequence[dict], system_prompt: str) -> list[dict]:
+    """``rows`` with ``messages`` added (module docstring): ``system_prompt``, then the row as a conversation."""
+    return [{**row, "messages": [{"role": "system", "content": system_prompt}, *alpaca_messages(row)]} for row in rows]
+
+
 def heldout_split_size(config: StudyConfig) -> int:
     """Rows of the held-out split: the first ``heldout_size`` are scored teacher-forced; the greedy
     answers take the first ``heldout_generate`` rows of the wanted styles, so the split holds
@@ -136,6 +145,8 @@ def prepare_data(config: StudyConfig, paths: StudyPaths) -> None:
         config.problem_set,
         config.solution_style,
     )
+    if config.system_prompt is not None:
+        train, heldout = with_system_turn(train, config.system_prompt), with_system_turn(heldout, config.system_prompt)
     write_jsonl(paths.train_data, train)
     write_jsonl(paths.heldout_data, heldout)
     print(f"[study] data: {len(train)} training and {len(heldout)} held-out problems in {paths.data}", flush=True)

@@ -12,10 +12,22 @@ from decimal import Decimal
 import pytest
 
 from del_core.config import split_command_line
+from del_core.data.jsonl import read_jsonl
+from del_core.data.prompting import PromptFormat
+from del_core.data.rows import check_row
+from del_core.data.tokenized import encode
 from del_core.evaluation.heldout import score_heldout
-from del_core.study import StudyError, aggregate, load_study_config, mean_curve, run_metrics, train_overrides
+from del_core.study import (
+    StudyError,
+    StudyPaths,
+    aggregate,
+    load_study_config,
+    mean_curve,
+    run_metrics,
+    train_overrides,
+)
 from del_core.study.comparison import compare_with_baseline
-from del_core.study.data import make_rows, make_splits
+from del_core.study.data import make_rows, make_splits, prepare_data
 from del_core.study.metrics import RunResult
 from del_core.study.report import markdown, verdicts
 from del_core.training.records import FinalRecord, TrainRecord, record_to_json
@@ -108,6 +120,38 @@ def test_study_rows_are_the_ones_of_before_the_merge():
 
 def _run(value, hits=None):
     return RunResult({"exact_acc": value, "tf_answer_acc": value}, [], {"tf_answer_acc": hits} if hits else {})
+
+
+def test_a_system_prompt_makes_conversation_rows_with_the_same_targets_and_fewer_tokens(tmp_path, smollm2):
+    """system_prompt="" replaces SmolLM2's default system turn by an empty one: the trained tokens
+    (the answer and its end-of-turn marker) are the Alpaca row's, the prompt is shorter, and the
+    greedy prompt is the conversation's prefix before the answer."""
+    sizes = ["train_size=4", "heldout_size=6", "heldout_generate=1"]
+    config = load_study_config(CPU_CONFIG, sizes)
+    assert config.system_prompt == ""  # the CPU study's
+    plain = load_study_config(CPU_CONFIG, [*sizes, "system_prompt="])  # none: the template's default
+    assert plain.system_prompt is None
+    paths, plain_paths = StudyPaths(tmp_path / "system"), StudyPaths(tmp_path / "plain")
+    prepare_data(config, paths)
+    prepare_data(plain, plain_paths)
+    rows, plain_rows = read_jsonl(paths.heldout_data), read_jsonl(plain_paths.heldout_data)
+    assert [r["instruction"] for r in rows] == [r["instruction"] for r in plain_rows]
+    for row, plain_row in zip(rows, plain_rows):
+        assert row["answer"] == plain_row["answer"] and "messages" in check_row(row, "row")
+        assert row["messages"][0] == {"role": "system", "content": ""}
+        assert row["messages"][1:] == [
+            {"role": "user", "content": plain_row["instruction"]},
+            {"role": "assistant", "content": plain_row["output"]},
+        ]
+        example, plain_example = encode(row, smollm2, 128, "chat"), encode(plain_row, smollm2, 128, "chat")
+        targets = [t for t in example.targets if t != -100]
+        assert targets == [t for t in plain_example.targets if t != -100]
+        assert len(plain_example.input_ids) - len(example.input_ids) == 16  # the default system text's tokens
+        prompt = PromptFormat("chat", smollm2).row_prompt(row)
+        assert prompt.startswith("<|im_start|>system\n<|im_end|>\n<|im_start|>user\n")
+        assert smollm2(prompt, add_special_tokens=False)["input_ids"] == example.input_ids[: -len(targets) - 1]
+    with pytest.raises(StudyError, match="system_prompt needs train.data.prompt_format=chat"):
+        load_study_config(CPU_CONFIG, ["train.data.prompt_format=alpaca"])
 
 
 def test_comparisons_are_paired_over_seeds_and_problems():
