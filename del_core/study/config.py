@@ -99,6 +99,11 @@ class StudyConfig:
 
         if self.problem_set not in PROBLEM_SETS:
             raise ConfigError(f"problem_set: unknown {self.problem_set!r}; choose from {', '.join(PROBLEM_SETS)}")
+        if self.system_prompt is not None and self.benchmarks:
+            raise ConfigError(
+                "system_prompt with benchmarks: recipes/evaluate.py asks the benchmarks with the chat "
+                "template's default system turn, not the one trained on; set benchmarks: [] or drop system_prompt"
+            )
         if self.eval_backend not in ("hf", "vllm", "auto"):
             raise ConfigError(f"eval_backend must be hf, vllm or auto, got {self.eval_backend!r}")
         if self.benchmarks:

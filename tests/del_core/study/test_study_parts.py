@@ -152,6 +152,8 @@ def test_a_system_prompt_makes_conversation_rows_with_the_same_targets_and_fewer
         assert smollm2(prompt, add_special_tokens=False)["input_ids"] == example.input_ids[: -len(targets) - 1]
     with pytest.raises(StudyError, match="system_prompt needs train.data.prompt_format=chat"):
         load_study_config(CPU_CONFIG, ["train.data.prompt_format=alpaca"])
+    with pytest.raises(StudyError, match="system_prompt with benchmarks: recipes/evaluate.py asks"):
+        load_study_config(CPU_CONFIG, ["benchmarks=gsm8k"])
 
 
 def test_comparisons_are_paired_over_seeds_and_problems():
