@@ -89,25 +89,37 @@ def render_conversation(tokenizer: Any, messages: Sequence[dict], add_generation
     return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt)
 
 
+def system_turn(system_prompt: str) -> dict[str, str]:
+    """The system turn that opens a conversation trained (and asked) with ``system_prompt``."""
+    return {"role": "system", "content": system_prompt}
+
+
 @dataclass(frozen=True, eq=False)
 class PromptFormat:
     """How a question becomes the prompt a model answers: ``alpaca`` or ``chat`` (module docstring).
-    ``tokenizer`` is needed by ``chat`` only (its chat template)."""
+    ``tokenizer`` is needed by ``chat`` only (its chat template). ``system_prompt`` (chat only) opens
+    every question with that system turn (``""``: an empty one), as in rows trained with it; None
+    leaves the system turn to the template (SmolLM2's and Qwen2's write a default one)."""
 
     name: str = "alpaca"
     tokenizer: Optional[Any] = None
+    system_prompt: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.name not in PROMPT_FORMATS:
             raise DataError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.name!r}")
         if self.name == "chat":
             require_chat_template(self.tokenizer)
+        elif self.system_prompt is not None:
+            raise DataError("a system prompt needs prompt_format chat (an Alpaca prompt has no system turn)")
 
     def question(self, instruction: str, input: str = "") -> str:
         """The prompt of one question (an Alpaca row's instruction and input); the answer follows it."""
         if self.name == "alpaca":
             return format_prompt(instruction, input)
-        return render_conversation(self.tokenizer, [user_turn(instruction, input)], add_generation_prompt=True)
+        opening = [] if self.system_prompt is None else [system_turn(self.system_prompt)]
+        messages = [*opening, user_turn(instruction, input)]
+        return render_conversation(self.tokenizer, messages, add_generation_prompt=True)
 
     def row_prompt(self, row: dict, where: str = "row") -> str:
         """The prompt of a validated row whose answer is its output (Alpaca) or its last assistant

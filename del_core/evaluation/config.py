@@ -50,6 +50,12 @@ class EvalConfig:
         "the prompts, as the model was trained (data.prompt_format): alpaca, or chat (its chat template)",
         "NAME",
     )
+    system_prompt: Optional[str] = _option(
+        None,
+        'chat only: the system turn the model was trained with (an empty one: system_prompt: "" in a YAML '
+        "recipe); unset: the template's default",
+        "TEXT",
+    )
     threads: Optional[int] = _option(None, "torch CPU threads", "N")
     workers: int = _option(4, "generated programs run at once in the sandbox", "N")
     program_seconds: float = _option(10.0, "wall-clock limit of one generated program", "S")
@@ -67,6 +73,8 @@ class EvalConfig:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.prompt_format not in PROMPT_FORMATS:
             raise ConfigError(f"prompt_format must be one of {', '.join(PROMPT_FORMATS)}, got {self.prompt_format!r}")
+        if self.system_prompt is not None and self.prompt_format != "chat":
+            raise ConfigError("system_prompt needs prompt_format chat (an Alpaca prompt has no system turn)")
         if self.sandbox not in SANDBOX_MODES:
             raise ConfigError(f"sandbox must be one of {', '.join(SANDBOX_MODES)}, got {self.sandbox!r}")
         lengths = ("open_max_new_tokens", "choice_max_new_tokens")

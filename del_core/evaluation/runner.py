@@ -145,6 +145,7 @@ def _run_config(
         "max_new_tokens": {"open_ended": lengths.open_ended, "choice": lengths.choice},
         "batch_size": config.batch_size,
         "prompt_format": config.prompt_format,
+        "system_prompt": config.system_prompt,
         "data_dir": str(data_dir),
         "seconds": round(time.time() - started, 1),
     }
@@ -175,7 +176,7 @@ def evaluate_model(config: EvalConfig) -> int:
         max_new_tokens=lengths.open_ended,
         dtype=config.dtype,
     )
-    prompts = PromptFormat(config.prompt_format, generator.tokenizer)
+    prompts = PromptFormat(config.prompt_format, generator.tokenizer, config.system_prompt)
     print(f"[evaluate] {resolved} ({generator.name}), {len(records)} questions of {', '.join(names)}", file=sys.stderr)
     rows = evaluate(records, generator, _limits(config), config.workers, lengths, prompts)
     summary = summarize(rows)

@@ -60,8 +60,9 @@ class StudyConfig:
     heldout_generate: int = 16  # held-out rows answered by greedy generation (of the styles below)
     generate_styles: list[str] = field(default_factory=lambda: ["steps"])  # steps, program, equation
     program_share: float = 0.5  # share of rows written as programs
-    # chat only: every row becomes a conversation opening with this system turn ("" = an empty one);
-    # None: Alpaca rows, asked with the chat template's default system turn (SmolLM2's is 16 tokens)
+    # chat only: every row becomes a conversation opening with this system turn ("" = an empty one),
+    # and the benchmarks are asked with it; None: Alpaca rows, asked with the chat template's default
+    # system turn (SmolLM2's is 16 tokens)
     system_prompt: Optional[str] = None
     heldout_max_new_tokens: int = 40
     # benchmarks (recipes/evaluate.py)
@@ -99,11 +100,6 @@ class StudyConfig:
 
         if self.problem_set not in PROBLEM_SETS:
             raise ConfigError(f"problem_set: unknown {self.problem_set!r}; choose from {', '.join(PROBLEM_SETS)}")
-        if self.system_prompt is not None and self.benchmarks:
-            raise ConfigError(
-                "system_prompt with benchmarks: recipes/evaluate.py asks the benchmarks with the chat "
-                "template's default system turn, not the one trained on; set benchmarks: [] or drop system_prompt"
-            )
         if self.eval_backend not in ("hf", "vllm", "auto"):
             raise ConfigError(f"eval_backend must be hf, vllm or auto, got {self.eval_backend!r}")
         if self.benchmarks:

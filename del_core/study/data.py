@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from del_core.data.jsonl import read_jsonl, write_jsonl
-from del_core.data.prompting import alpaca_messages
+from del_core.data.prompting import alpaca_messages, system_turn
 from del_core.data.synthetic import Problem, ProblemSet, problem_set
 from del_core.evaluation.prompts import PROGRAM_SUFFIX
 from del_core.study.config import StudyConfig, StudyError, StudyPaths
@@ -123,7 +123,7 @@ def make_splits(
 
 def with_system_turn(rows: Sequence[dict], system_prompt: str) -> list[dict]:
     """``rows`` with ``messages`` added (module docstring): ``system_prompt``, then the row as a conversation."""
-    return [{**row, "messages": [{"role": "system", "content": system_prompt}, *alpaca_messages(row)]} for row in rows]
+    return [{**row, "messages": [system_turn(system_prompt), *alpaca_messages(row)]} for row in rows]
 
 
 def heldout_split_size(config: StudyConfig) -> int:

@@ -147,32 +147,36 @@ def _write_marker(path: Path, data: dict) -> None:
     staging.replace(path)
 
 
+def benchmark_recipe(config: StudyConfig, model: str, data_dir: Path, out_dir: Path) -> dict[str, Any]:
+    """The keys of ``recipes/evaluate.py`` (:class:`del_core.evaluation.config.EvalConfig`) that ask
+    the first ``benchmark_limit`` questions of each benchmark in the prompts the runs were trained
+    on: their ``data.prompt_format`` and, under chat, the study's ``system_prompt``."""
+    return {
+        "model": model,
+        "data_dir": str(data_dir),
+        "benchmarks": ",".join(config.benchmarks),
+        "limit": config.benchmark_limit,
+        "backend": config.eval_backend,
+        "max_new_tokens": config.benchmark_max_new_tokens,
+        "batch_size": config.eval_batch_size,
+        "prompt_format": data_option(config, "prompt_format"),
+        "system_prompt": config.system_prompt,
+        "threads": config.threads,
+        "workers": max(1, config.threads),
+        "output_dir": str(out_dir),
+    }
+
+
 def evaluate_benchmarks(config: StudyConfig, model: str, data_dir: Path, out_dir: Path) -> None:
-    """``recipes/evaluate.py`` on the first ``benchmark_limit`` questions of each benchmark, into
-    OUT_DIR (its summary.json is the done marker); its console output goes to OUT_DIR.log."""
-    command = [
-        sys.executable,
-        str(EVALUATE),
-        model,
-        "--data-dir",
-        str(data_dir),
-        "--benchmarks",
-        ",".join(config.benchmarks),
-        "--limit",
-        str(config.benchmark_limit),
-        "--backend",
-        config.eval_backend,
-        "--max-new-tokens",
-        str(config.benchmark_max_new_tokens),
-        "--batch-size",
-        str(config.eval_batch_size),
-        "--threads",
-        str(config.threads),
-        "--workers",
-        str(max(1, config.threads)),
-        "--output-dir",
-        str(out_dir),
-    ]
+    """``recipes/evaluate.py`` on :func:`benchmark_recipe`, written to OUT_DIR.yaml (a YAML file
+    keeps an empty system prompt, which a command-line value cannot), into OUT_DIR (its summary.json
+    is the done marker); its console output goes to OUT_DIR.log."""
+    import yaml
+
+    recipe = out_dir.parent / f"{out_dir.name}.yaml"
+    recipe.parent.mkdir(parents=True, exist_ok=True)
+    recipe.write_text(yaml.safe_dump(benchmark_recipe(config, model, data_dir, out_dir), sort_keys=False))
+    command = [sys.executable, str(EVALUATE), str(recipe)]
     run_logged(command, out_dir.parent / f"{out_dir.name}.log", subprocess_env(config), f"evaluate.py on {model}")
 
 

@@ -82,6 +82,9 @@ def test_study_smoke_two_losses_one_seed_then_resume(tmp_path):
     for name in ("mle", "del"):  # evaluate.py's outputs for 2 + 2 questions
         bench = json.loads((out / name / "seed0" / "benchmarks" / "summary.json").read_text())
         assert {b: s["n"] for b, s in bench["benchmarks"].items()} == {"gsm8k": 2, "svamp": 2}
+        # asked as the runs were trained: the chat template with the study's empty system turn
+        for row in map(json.loads, (out / name / "seed0" / "benchmarks" / "predictions.jsonl").open()):
+            assert row["prompt"].startswith("<|im_start|>system\n<|im_end|>\n<|im_start|>user\n"), row["prompt"]
     table = (out / "results.md").read_text()
     assert "| pretrained (reference) |" in table and "| mle | 1 |" in table and "| del | 1 |" in table
     assert "del vs mle" in table and "## Each loss vs MLE" in table

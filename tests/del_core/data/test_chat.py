@@ -159,6 +159,38 @@ def test_evaluation_prompt_under_chat_is_the_training_prompt_prefix(smollm2):
     assert program_prompt(record) == format_prompt(row["instruction"] + PROGRAM_SUFFIX)  # alpaca by default
 
 
+def test_a_system_prompt_opens_the_question_as_it_opened_the_trained_rows(smollm2):
+    """PromptFormat(system_prompt=...) asks a question exactly as a row trained with that system turn
+    begins: the prompt is the row's token prefix up to its first target, for an empty turn and a
+    worded one; without it the template writes its default system turn (a different prefix)."""
+    instruction, output = "What is 689 times 43?", "689 * 43 = 29627"
+    for system in ("", SYSTEM):
+        chat = PromptFormat("chat", smollm2, system)
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": instruction}]
+        example = encode({"messages": [*messages, {"role": "assistant", "content": output}]}, smollm2, 512, "chat")
+        prompt = smollm2(chat.question(instruction), add_special_tokens=False)["input_ids"]
+        first_target = next(t for t, target in enumerate(example.targets) if target != IGNORE_INDEX)
+        assert prompt == example.input_ids[: first_target + 1]
+        assert chat.question(instruction).startswith(f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n")
+    default = PromptFormat("chat", smollm2).question(instruction)
+    assert default != PromptFormat("chat", smollm2, "").question(instruction)
+    assert default.startswith("<|im_start|>system\nYou are a helpful AI assistant")
+    with pytest.raises(DataError, match="a system prompt needs prompt_format chat"):
+        PromptFormat("alpaca", None, "")
+
+
+def test_the_evaluation_config_takes_a_system_prompt_and_keeps_an_empty_one_from_yaml(tmp_path):
+    from del_core.config import ConfigError
+
+    recipe = tmp_path / "eval.yaml"
+    recipe.write_text('model: smollm2\nprompt_format: chat\nsystem_prompt: ""\n')
+    assert load_eval_config([str(recipe)]).system_prompt == ""
+    assert load_eval_config([str(recipe), "--system-prompt", "Be brief."]).system_prompt == "Be brief."
+    assert load_eval_config(["smollm2", "--prompt-format", "chat"]).system_prompt is None
+    with pytest.raises(ConfigError, match="system_prompt needs prompt_format chat"):
+        load_eval_config(["smollm2", "--system-prompt", "Be brief."])
+
+
 def test_the_evaluation_config_takes_the_prompt_format():
     assert load_eval_config(["smollm2", "--prompt-format", "chat"]).prompt_format == "chat"
     assert load_eval_config(["smollm2"]).prompt_format == "alpaca"

@@ -10,12 +10,14 @@ import math
 from decimal import Decimal
 
 import pytest
+import yaml
 
 from del_core.config import split_command_line
 from del_core.data.jsonl import read_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.rows import check_row
 from del_core.data.tokenized import encode
+from del_core.evaluation.config import load_eval_config
 from del_core.evaluation.heldout import score_heldout
 from del_core.study import (
     StudyError,
@@ -30,6 +32,7 @@ from del_core.study.comparison import compare_with_baseline
 from del_core.study.data import make_rows, make_splits, prepare_data
 from del_core.study.metrics import RunResult
 from del_core.study.report import markdown, verdicts
+from del_core.study.runs import benchmark_recipe
 from del_core.training.records import FinalRecord, TrainRecord, record_to_json
 from helpers.shared import REPO
 
@@ -152,8 +155,23 @@ def test_a_system_prompt_makes_conversation_rows_with_the_same_targets_and_fewer
         assert smollm2(prompt, add_special_tokens=False)["input_ids"] == example.input_ids[: -len(targets) - 1]
     with pytest.raises(StudyError, match="system_prompt needs train.data.prompt_format=chat"):
         load_study_config(CPU_CONFIG, ["train.data.prompt_format=alpaca"])
-    with pytest.raises(StudyError, match="system_prompt with benchmarks: recipes/evaluate.py asks"):
-        load_study_config(CPU_CONFIG, ["benchmarks=gsm8k"])
+
+
+def test_the_benchmarks_are_asked_in_the_trained_prompts_with_the_system_turn(tmp_path):
+    """The study's evaluate.py recipe carries the runs' prompt format and system prompt: an empty
+    system turn survives the YAML file (a command-line value would read as none)."""
+    config = load_study_config(CPU_CONFIG, ["benchmarks=gsm8k,svamp", "benchmark_limit=2"])
+    out = tmp_path / "unit" / "benchmarks"
+    recipe = benchmark_recipe(config, "smollm2", tmp_path / "bench", out)
+    assert recipe["prompt_format"] == "chat" and recipe["system_prompt"] == ""
+    path = tmp_path / "benchmarks.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    evaluation = load_eval_config([str(path)])
+    assert (evaluation.prompt_format, evaluation.system_prompt, evaluation.limit) == ("chat", "", 2)
+    assert (evaluation.benchmarks, evaluation.output_dir) == ("gsm8k,svamp", str(out))
+    plain = load_study_config(CPU_CONFIG, ["system_prompt=", "train.data.prompt_format=alpaca"])
+    assert benchmark_recipe(plain, "smollm2", tmp_path, out)["prompt_format"] == "alpaca"
+    assert load_eval_config([str(path), "prompt_format=alpaca", "system_prompt="]).system_prompt is None
 
 
 def test_comparisons_are_paired_over_seeds_and_problems():
