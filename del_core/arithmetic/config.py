@@ -28,7 +28,7 @@ class BenchConfig:
     output_root: str = "runs/numeric-bench"
     losses: list[str] = field(default_factory=lambda: ["mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del"])
     grids: dict[str, list[float]] = field(default_factory=lambda: dict(DEFAULT_GRIDS))
-    seeds: list[int] = field(default_factory=lambda: list(range(10)))  # test seeds (paired over losses)
+    seeds: list[int] = field(default_factory=lambda: list(range(16)))  # test seeds (paired over losses)
     select_seeds: list[int] = field(default_factory=lambda: [100])  # seeds of the lambda selection
     tasks: list[str] = field(default_factory=lambda: list(TASKS))
     digits: int = 2  # the largest operand width in training; the OOD split has one more

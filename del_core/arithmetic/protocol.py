@@ -52,8 +52,16 @@ def choose_lambdas(config: BenchConfig, results: Sequence[RunResult]) -> dict[st
 
 
 def final_specs(config: BenchConfig, chosen: dict[str, float]) -> list[RunSpec]:
-    specs = [RunSpec(loss, chosen.get(loss), seed, "test") for loss in config.losses for seed in config.seeds]
-    return specs + [RunSpec("mle", None, seed, "untrained") for seed in config.seeds]
+    """Every loss at its chosen lambda and the untrained model, seed by seed: an interrupted
+    benchmark has whole seeds done (every loss paired), not whole losses."""
+    return [
+        spec
+        for seed in config.seeds
+        for spec in (
+            *(RunSpec(loss, chosen.get(loss), seed, "test") for loss in config.losses),
+            RunSpec("mle", None, seed, "untrained"),
+        )
+    ]
 
 
 def _run_and_save(config: BenchConfig, spec: RunSpec) -> RunResult:

@@ -8,14 +8,16 @@ import re
 from decimal import Decimal
 
 import pytest
+import torch
 
 from del_core import DigitVocab
 from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.protocol import choose_lambdas, final_specs, selection_specs
-from del_core.arithmetic.runs import RunResult, RunSpec, encode_batch
+from del_core.arithmetic.runs import RunResult, RunSpec, encode_batch, training_examples
 from del_core.arithmetic.scoring import EvalResult, score_answers
 from del_core.arithmetic.tasks import TASKS, Problem, make_split
 from del_core.arithmetic.tokenizer import build_tokenizer
+from del_core.data.tokenized import collate
 from del_core.evaluation.confidence import paired_difference, seeds_for_half_width, t_interval, verdict
 
 SCALE = {"km": 3, "m": 0, "cm": -2, "mm": -3, "kg": 3, "g": 0}
@@ -75,6 +77,23 @@ def test_encode_batch_masks_the_prompt_and_targets_the_answer_and_eos():
     # position t predicts t + 1: the '=' position predicts '3', the '3' position predicts EOS
     assert targets[0].tolist() == [-100] * 3 + [input_ids[0, 4].item(), tokenizer.eos_token_id] + [-100] * 4
     assert tokenizer.decode(targets[1, 5:7]) == "30" and targets[1, 7] == tokenizer.eos_token_id
+
+
+def test_the_encoded_training_split_gives_the_batches_of_encoding_each_problem_alone():
+    """training_examples (tokenised once, in batched calls) collates to exactly what tokenising each
+    problem on its own gives, for a batch drawn from the whole split."""
+    tokenizer = build_tokenizer()
+    examples = training_examples(600, 2, TASKS)
+    problems = make_split("train", 600, 2, 0, TASKS, unique=False)
+    assert len(examples) == len(problems)
+    for index in (0, 17, 599):
+        alone = tokenizer(problems[index].prompt + problems[index].answer, add_special_tokens=False)["input_ids"]
+        assert examples[index].input_ids == [*alone, tokenizer.eos_token_id]
+    picked = [3, 599, 41, 0, 250]
+    batch = collate([examples[i] for i in picked], tokenizer.pad_token_id)
+    input_ids, targets = encode_batch([problems[i] for i in picked], tokenizer)
+    assert torch.equal(batch.input_ids, input_ids) and torch.equal(batch.targets, targets)
+    assert training_examples(600, 2, TASKS) is examples  # made once per process
 
 
 def test_scoring_against_hand_computed_values():
@@ -150,6 +169,9 @@ def test_lambda_choice_takes_the_best_mean_accuracy_then_the_lower_log_mae():
         ("emo", None),
     }
     assert sorted(s.seed for s in specs if s.phase == "untrained") == config.seeds
+    # seed by seed: any prefix of the run order holds whole seeds of every loss (paired)
+    per_seed = len(config.losses) + 1
+    assert [s.seed for s in specs] == [seed for seed in config.seeds for _ in range(per_seed)]
 
 
 def test_the_shipped_benchmark_configurations_load():
