@@ -1,5 +1,6 @@
 """The benchmark's report: per loss the test scores with 95% intervals, the paired difference to
-MLE with its verdict, per-place digit accuracy, the lambda selection, and a plot.
+MLE with its verdict, per-place digit accuracy, per-task exact accuracy, the lambda selection, and
+a plot.
 
 Every difference is printed with its interval; the verdict is "better" / "worse" only when the
 paired 95% interval excludes 0, else "no difference".
@@ -8,13 +9,14 @@ paired 95% interval excludes 0, else "no difference".
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
 from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.protocol import BenchOutcome
 from del_core.arithmetic.runs import RunResult
+from del_core.arithmetic.tasks import make_split
 from del_core.evaluation.confidence import Interval, paired_difference, seeds_for_half_width, t_interval, verdict
 
 # (key of EvalResult, label, scale for printing, higher is better)
@@ -89,6 +91,26 @@ def results_table(config: BenchConfig, summary: dict, chosen: dict[str, float], 
     return lines
 
 
+def _per_column_table(
+    config: BenchConfig, columns: Sequence[str], values_of: Callable[[str, str], dict[int, float]]
+) -> list[str]:
+    """Markdown rows: per loss the mean (%) over seeds of ``values_of(loss, column)`` (seed -> value)
+    in each column, and for the other losses the paired difference to MLE in points with its interval."""
+    lines = ["| loss | " + " | ".join(columns) + " |", "|" + "---|" * (1 + len(columns))]
+    mle = {column: values_of("mle", column) for column in columns}
+    for loss in config.losses:
+        cells = [loss]
+        for column in columns:
+            values = values_of(loss, column)
+            cell = f"{100 * t_interval(list(values.values())).mean:.1f}" if values else "-"
+            if loss != "mle" and values:
+                diff = paired_difference(values, mle[column])
+                cell += f" ({_pm(diff.mean, diff.half_width, 100.0, 1, True)})"
+            cells.append(cell)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def place_table(config: BenchConfig, results: Sequence[RunResult], split: str = "test") -> list[str]:
     """Markdown rows: per loss the mean accuracy (%) at each place of the gold answers, and for the
     other losses the paired difference to MLE in points with its interval."""
@@ -97,18 +119,24 @@ def place_table(config: BenchConfig, results: Sequence[RunResult], split: str = 
         key=lambda p: -int(p.split("^")[1]),
     )
     places = [p for p in places if -3 <= int(p.split("^")[1]) <= 3]
-    lines = ["| loss | " + " | ".join(places) + " |", "|" + "---|" * (1 + len(places))]
-    mle = {p: place_by_seed(results, "mle", split, p) for p in places}
-    for loss in config.losses:
-        cells = [loss]
-        for place in places:
-            values = place_by_seed(results, loss, split, place)
-            cell = f"{100 * t_interval(list(values.values())).mean:.1f}"
-            if loss != "mle" and values:
-                diff = paired_difference(values, mle[place])
-                cell += f" ({_pm(diff.mean, diff.half_width, 100.0, 1, True)})"
-            cells.append(cell)
-        lines.append("| " + " | ".join(cells) + " |")
+    return _per_column_table(config, places, lambda loss, place: place_by_seed(results, loss, split, place))
+
+
+def task_by_seed(results: Sequence[RunResult], loss: str, tasks: Sequence[str], task: str) -> dict[int, float]:
+    """seed -> exact accuracy of ``loss``'s test run on the test problems of ``task`` (``tasks``:
+    the task of each test problem, in the split's order)."""
+    where = [i for i, name in enumerate(tasks) if name == task]
+    runs = [r for r in results if r.spec.loss == loss and r.spec.phase == "test"]
+    return {r.spec.seed: sum(r.evals["test"].correct[i] for i in where) / len(where) for r in runs if where}
+
+
+def task_table(config: BenchConfig, results: Sequence[RunResult]) -> list[str]:
+    """Markdown rows: per loss the exact accuracy (%) on each task's test problems, with the paired
+    difference to MLE; the header gives each task's share of the test split."""
+    tasks = [problem.task for problem in make_split("test", config.test_size, config.digits, 0, config.tasks)]
+    columns = [task for task in config.tasks if task in tasks]
+    lines = _per_column_table(config, columns, lambda loss, task: task_by_seed(results, loss, tasks, task))
+    lines[0] = "| loss | " + " | ".join(f"{task} ({tasks.count(task)})" for task in columns) + " |"
     return lines
 
 
@@ -165,6 +193,10 @@ def markdown(
         "## Per-place digit accuracy, test split (%; Δ vs MLE in points)",
         "",
         *place_table(config, results),
+        "",
+        "## Exact accuracy per task, test split (%; Δ vs MLE in points; problems per task in brackets)",
+        "",
+        *task_table(config, results),
         "",
         "## Lambda selection (validation split)",
         "",

@@ -13,6 +13,7 @@ import torch
 from del_core import DigitVocab
 from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.protocol import choose_lambdas, final_specs, selection_specs
+from del_core.arithmetic.report import task_by_seed, task_table
 from del_core.arithmetic.runs import RunResult, RunSpec, encode_batch, training_examples
 from del_core.arithmetic.scoring import EvalResult, score_answers
 from del_core.arithmetic.tasks import TASKS, Problem, make_split
@@ -184,3 +185,43 @@ def test_the_shipped_benchmark_configurations_load():
     assert asdict(load_bench_config(configs / "numeric-bench.yaml")) == asdict(BenchConfig())  # the defaults
     assert load_bench_config(configs / "numeric-bench-gpu.yaml").device == "cuda"
     assert load_bench_config(configs / "numeric-bench-smoke.yaml").losses == ["mle", "del"]
+
+
+def _test_run(loss, seed, correct) -> RunResult:
+    evaluation = EvalResult(
+        n=len(correct), exact_acc=sum(correct) / len(correct), mae=1.0, log_mae=1.0, parse_rate=1.0, tf_ce=1.0,
+        tf_digit_entropy=1.0, tf_digit_acc=0.5, correct=list(correct),
+    )  # fmt: skip
+    return RunResult(RunSpec(loss, None, seed, "test"), {"test": evaluation}, [], 1.0)
+
+
+def test_per_task_accuracy_by_hand():
+    """task_by_seed / task_table on 6 test problems (tasks a a b a b b) and 2 seeds: every number
+    worked out by hand."""
+    tasks = ["add", "add", "mul", "add", "mul", "mul"]
+    results = [
+        _test_run("mle", 0, [1, 0, 0, 0, 1, 0]),  # add 1/3, mul 1/3
+        _test_run("mle", 1, [1, 1, 0, 0, 0, 0]),  # add 2/3, mul 0
+        _test_run("del", 0, [1, 1, 1, 1, 1, 0]),  # add 3/3, mul 2/3
+        _test_run("del", 1, [1, 1, 0, 1, 0, 1]),  # add 3/3, mul 1/3
+    ]
+    assert task_by_seed(results, "mle", tasks, "add") == pytest.approx({0: 1 / 3, 1: 2 / 3})
+    assert task_by_seed(results, "del", tasks, "mul") == pytest.approx({0: 2 / 3, 1: 1 / 3})
+    assert task_by_seed(results, "del", tasks, "sub") == {}  # no problem of that task
+    # add: del - mle per seed = 2/3, 1/3 -> mean 1/2; mul: 1/3, 1/3 -> mean 1/3, zero spread
+    add = paired_difference(task_by_seed(results, "del", tasks, "add"), task_by_seed(results, "mle", tasks, "add"))
+    assert add.mean == pytest.approx(0.5) and add.n == 2
+    mul = paired_difference(task_by_seed(results, "del", tasks, "mul"), task_by_seed(results, "mle", tasks, "mul"))
+    assert mul.mean == pytest.approx(1 / 3) and mul.half_width == pytest.approx(0.0)
+
+
+def test_the_task_table_names_each_tasks_share_of_the_test_split():
+    config = BenchConfig(losses=["mle", "del"], seeds=[0, 1], test_size=40, tasks=["add", "mul"])
+    tasks = [p.task for p in make_split("test", 40, config.digits, 0, config.tasks)]
+    results = [
+        _test_run(loss, seed, [1 if t == "add" else seed for t in tasks]) for loss in ("mle", "del") for seed in (0, 1)
+    ]
+    lines = task_table(config, results)
+    assert lines[0] == f"| loss | add ({tasks.count('add')}) | mul ({tasks.count('mul')}) |"
+    assert lines[2] == "| mle | 100.0 | 50.0 |"
+    assert lines[3] == "| del | 100.0 (+0.0 ± 0.0) | 50.0 (+0.0 ± 0.0) |"
