@@ -111,7 +111,8 @@ def encode_batch(problems: Sequence[Problem], tokenizer: Any) -> tuple[torch.Ten
 @functools.lru_cache(maxsize=2)
 def training_examples(train_size: int, digits: int, tasks: tuple[str, ...]) -> list[Example]:
     """The encoded training split, made once per worker process: a run reads its batches from it
-    (generating and tokenising 40,000 problems per run was a fifth of a run's time)."""
+    (generating it and tokenising each batch in every run cost ~5 ms of a ~43 ms step and ~1.5 s
+    of set-up per run)."""
     problems = make_split("train", train_size, digits, 0, tasks, unique=False)
     return encode_examples(problems, build_tokenizer())
 
