@@ -31,7 +31,7 @@ from del_core.study import (
 from del_core.study.comparison import compare_with_baseline
 from del_core.study.data import make_rows, make_splits, prepare_data
 from del_core.study.metrics import RunResult
-from del_core.study.report import markdown, verdicts
+from del_core.study.report import markdown, plot_panels, verdicts
 from del_core.study.runs import benchmark_recipe
 from del_core.training.records import FinalRecord, TrainRecord, record_to_json
 from helpers.shared import REPO
@@ -334,3 +334,11 @@ def test_run_metrics_read_the_typed_records_and_the_heldout_scores(tmp_path):
     assert result.metrics["tf_answer_acc"] == 0.5 and result.metrics["tf_ce"] == 0.7
     assert result.metrics["tf_digit_entropy"] == 0.3 and result.metrics["tf_number_acc"] == 0.6
     assert result.hits == {"tf_answer_acc": [True, False], "exact_acc": [True]}
+
+
+def test_the_plot_leads_with_the_primary_metric_and_shows_benchmarks_only_when_they_ran():
+    without = {"losses": {"mle": {"tf_answer_acc": {"mean": 0.5}, "bench_macc": {"mean": None}}}}
+    keys = [key for key, _, _ in plot_panels(without)]
+    assert keys == ["tf_answer_acc", "exact_acc", "log_mae", "tf_digit_entropy", "tf_number_acc"]
+    with_benchmarks = {"losses": {"mle": {"bench_macc": {"mean": 0.25}}, "del": {}}}
+    assert [key for key, _, _ in plot_panels(with_benchmarks)][-1] == "bench_macc"
