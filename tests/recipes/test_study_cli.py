@@ -1,7 +1,7 @@
 """recipes/study.py end to end: a 2-step smoke run of the whole study (2 losses, 1 seed) on a tiny
 random Qwen2 with the real Qwen2 tokenizer, run twice to check that it resumes.
 
-The study itself (recipes/configs/study-cpu.yaml, ~61 min) is not run here."""
+The study itself (recipes/configs/study-cpu.yaml, ~80 min) is not run here."""
 
 from __future__ import annotations
 
