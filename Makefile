@@ -1,10 +1,11 @@
 # The README's two commands: `make train` (main job, offline, CPU) and `make test`.
-# Both create the virtual environment .venv on first use.
+# Both create the virtual environment .venv on first use. `make docs` builds the documentation site
+# into site/ (its packages, requirements-docs.txt, are installed into .venv by `make docs-install`).
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install train demo lint test bench
+.PHONY: install train demo lint test bench docs-install docs
 
 $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +31,14 @@ test: install
 
 bench: install
 	$(BIN)/python tests/bench/loss_overhead.py
+
+$(VENV)/.docs-installed: $(VENV)/.installed requirements-docs.txt
+	$(BIN)/pip install --quiet -r requirements-docs.txt
+	touch $@
+
+docs-install: $(VENV)/.docs-installed
+
+# --strict: a broken link or anchor, a page missing from the navigation or an API page whose module
+# cannot be collected fails the build.
+docs: docs-install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
