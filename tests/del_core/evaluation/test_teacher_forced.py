@@ -9,11 +9,11 @@ import torch
 
 from del_core import DigitVocab, number_spans
 from del_core.data.tokenized import Example
-from del_core.evaluation.forced_answers import score_examples
 from del_core.evaluation.teacher_forced import (
     TEACHER_FORCED_SUMS,
     answer_hits,
     score_batch,
+    score_examples,
     summarise,
     teacher_forced_sums,
 )
