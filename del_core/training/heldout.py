@@ -20,10 +20,9 @@ import torch
 
 from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
 from del_core.data.tokenized import Example, TokenBatch
-from del_core.evaluation.teacher_forced import score_examples
 from del_core.evaluation.generation import generate_greedy
 from del_core.evaluation.greedy_answers import answer_accuracy
-from del_core.evaluation.teacher_forced import summarise
+from del_core.evaluation.teacher_forced import score_examples, summarise
 from del_core.parallel import ParallelDims, gather_vocab_shards, sum_named
 from del_core.spans import IGNORE_INDEX
 from del_core.training.objective import CausalLMObjective
