@@ -229,3 +229,34 @@ def test_the_task_table_names_each_tasks_share_of_the_test_split():
     assert lines[0] == f"| loss | add ({tasks.count('add')}) | mul ({tasks.count('mul')}) |"
     assert lines[2] == "| mle | 100.0 | 50.0 |"
     assert lines[3] == "| del | 100.0 (+0.0 ± 0.0) | 50.0 (+0.0 ± 0.0) |"
+
+
+def test_benchmark_training_is_the_plain_loop_with_its_own_hyperparameters():
+    from del_core.arithmetic.runs import loop_config
+
+    config = BenchConfig(steps=60, warmup_steps=10, log_every=20)
+    loop = loop_config(config)
+    assert (loop.steps, loop.lr, loop.betas, loop.weight_decay, loop.max_grad_norm) == (60, 3e-3, (0.9, 0.98), 0.0, 1.0)
+    assert (loop.warmup_steps, loop.min_lr_ratio, loop.log_every) == (10, 0.1, 20)
+
+
+def test_teacher_forced_scores_are_the_shared_definitions_on_the_gold_answers():
+    """The benchmark's teacher-forced CE, digit entropy and accuracy equal the MLE loss's own
+    per-batch means on one batch holding every problem (up to float32 rounding of those means)."""
+    from del_core import build_loss
+    from del_core.arithmetic.runs import build_model
+    from del_core.arithmetic.scoring import teacher_forced
+
+    tokenizer = build_tokenizer()
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    model = build_model(BenchConfig(hidden=16, layers=1, heads=2), len(tokenizer), seed=0).train()
+    problems = make_split("test", 12, 2, 0, TASKS)
+    scores = teacher_forced(model, tokenizer, vocab, problems, batch_size=5)
+    assert model.training  # the mode is given back
+    input_ids, targets = encode_batch(problems, tokenizer)
+    with torch.no_grad():
+        model.eval()
+        out = build_loss("mle", vocab)(model(input_ids=input_ids, attention_mask=input_ids != 0).logits, targets)
+    assert scores["tf_ce"] == pytest.approx(out.ce.item(), rel=1e-5)
+    assert scores["tf_digit_entropy"] == pytest.approx(out.metrics["digit_entropy"].item(), rel=1e-5)
+    assert scores["tf_digit_acc"] == pytest.approx(out.metrics["digit_acc"].item(), rel=1e-5)
