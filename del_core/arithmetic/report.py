@@ -133,7 +133,7 @@ def task_by_seed(results: Sequence[RunResult], loss: str, tasks: Sequence[str], 
 def task_table(config: BenchConfig, results: Sequence[RunResult]) -> list[str]:
     """Markdown rows: per loss the exact accuracy (%) on each task's test problems, with the paired
     difference to MLE; the header gives each task's share of the test split."""
-    tasks = [problem.task for problem in make_split("test", config.test_size, config.digits, 0, config.tasks)]
+    tasks = [problem.family for problem in make_split("test", config.test_size, config.digits, 0, config.tasks)]
     columns = [task for task in config.tasks if task in tasks]
     lines = _per_column_table(config, columns, lambda loss, task: task_by_seed(results, loss, tasks, task))
     lines[0] = "| loss | " + " | ".join(f"{task} ({tasks.count(task)})" for task in columns) + " |"

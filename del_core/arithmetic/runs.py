@@ -2,32 +2,32 @@
 
 A run is a function of its :class:`RunSpec` (loss, lambda, seed) and the benchmark configuration:
 the seed fixes the initial weights and the order of the training problems, so every loss sees the
-same model and the same batches. The loop is a plain single-process torch loop rather than the
-DeepSpeed trainer: a benchmark is a hundred runs of well under a minute each, on models of a few
-hundred thousand parameters, where the engine's start-up alone would dominate.
+same model and the same batches. Training is the project's plain-PyTorch loop
+(:mod:`del_core.training.plain_loop`) rather than the DeepSpeed trainer: a benchmark is a hundred
+runs of well under a minute each, on models of a few hundred thousand parameters, where the
+engine's start-up alone would dominate.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import torch
 
-from del_core import DigitVocab, NumericLoss, build_loss
+from del_core import DigitVocab, NumericLoss
 from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.scoring import EvalResult, evaluate
-from del_core.arithmetic.tasks import Problem, make_split
-from del_core.arithmetic.tokenizer import build_tokenizer
-from del_core.data.tokenized import Example, collate
-from del_core.spans import IGNORE_INDEX
+from del_core.arithmetic.tasks import make_split
+from del_core.arithmetic.tokenizer import build_tokenizer, encode_examples
+from del_core.data.tokenized import Example, TokenBatch, collate
+from del_core.training import plain_loop
+from del_core.training.plain_loop import PlainLoopConfig, make_loss
 
 
 @dataclass(frozen=True)
@@ -89,25 +89,6 @@ def build_model(config: BenchConfig, vocab_size: int, seed: int) -> torch.nn.Mod
     return LlamaForCausalLM(model_config)
 
 
-def encode_examples(problems: Sequence[Problem], tokenizer: Any) -> list[Example]:
-    """One :class:`Example` per problem: prompt + answer + EOS; position t predicts token t + 1
-    where that token is in the answer or EOS, else -100. Tokenised in two batched calls."""
-    prompts = tokenizer([p.prompt for p in problems], add_special_tokens=False)["input_ids"]
-    answers = tokenizer([p.answer for p in problems], add_special_tokens=False)["input_ids"]
-    examples = []
-    for prompt, answer in zip(prompts, answers):
-        answer = [*answer, tokenizer.eos_token_id]
-        examples.append(Example(prompt + answer, [IGNORE_INDEX] * (len(prompt) - 1) + answer + [IGNORE_INDEX]))
-    return examples
-
-
-def encode_batch(problems: Sequence[Problem], tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(input ids [B, T], aligned targets [B, T]) of :func:`encode_examples`, right-padded by the
-    project's :func:`del_core.data.tokenized.collate`."""
-    batch = collate(encode_examples(problems, tokenizer), tokenizer.pad_token_id)
-    return batch.input_ids, batch.targets
-
-
 @functools.lru_cache(maxsize=2)
 def training_examples(train_size: int, digits: int, tasks: tuple[str, ...]) -> list[Example]:
     """The encoded training split, made once per worker process: a run reads its batches from it
@@ -117,47 +98,32 @@ def training_examples(train_size: int, digits: int, tasks: tuple[str, ...]) -> l
     return encode_examples(problems, build_tokenizer())
 
 
-def make_loss(spec: RunSpec, vocab: DigitVocab, model: torch.nn.Module) -> NumericLoss:
-    """The run's loss; EMO's cost embedding is the LM head at initialisation (frozen copy)."""
-    options = {}
-    if spec.loss == "emo":
-        options["cost_embedding"] = model.get_output_embeddings().weight.detach().clone()
-    return build_loss(spec.loss, vocab, spec.weight, **options)
-
-
-def learning_rate(config: BenchConfig, step: int) -> float:
-    """Linear warm-up over ``warmup_steps``, then cosine decay to 10% of ``lr`` at ``steps``."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
-    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+def loop_config(config: BenchConfig) -> PlainLoopConfig:
+    """The benchmark's training: AdamW (betas 0.9, 0.98, no weight decay), warm-up cosine to 10% of ``lr``."""
+    return PlainLoopConfig(
+        steps=config.steps,
+        lr=config.lr,
+        betas=(0.9, 0.98),
+        warmup_steps=config.warmup_steps,
+        min_lr_ratio=0.1,
+        log_every=config.log_every,
+    )
 
 
 def train(config: BenchConfig, spec: RunSpec, model, loss_fn: NumericLoss, tokenizer) -> list[dict[str, float]]:
-    """``config.steps`` AdamW steps of ``config.batch_size`` training problems (the order a function
-    of the seed); returns the curve (loss, ce, aux at step 1 and every ``config.log_every`` steps)."""
+    """``config.steps`` steps of the plain loop (:mod:`del_core.training.plain_loop`) on
+    ``config.batch_size`` training problems each (the order a function of the seed); returns the
+    curve (loss, ce, aux at step 1 and every ``config.log_every`` steps)."""
     examples = training_examples(config.train_size, config.digits, tuple(config.tasks))
     order = torch.randperm(len(examples), generator=torch.Generator().manual_seed(spec.seed)).tolist()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0, betas=(0.9, 0.98))
-    model.train()
-    curve = []
-    for step in range(config.steps):
+
+    def batch_at(step: int) -> TokenBatch:
         start = (step * config.batch_size) % len(order)
-        batch = collate(
-            [examples[order[(start + i) % len(order)]] for i in range(config.batch_size)], tokenizer.pad_token_id
-        )
-        input_ids, targets = batch.input_ids.to(config.device), batch.targets.to(config.device)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(config, step)
-        out = loss_fn(model(input_ids=input_ids, attention_mask=input_ids != tokenizer.pad_token_id).logits, targets)
-        optimizer.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        # Step 1 too: the ratio aux / CE at the start is what a lambda rule for new models reads.
-        if step == 0 or (step + 1) % config.log_every == 0 or step + 1 == config.steps:
-            curve.append({"step": step + 1, "loss": out.loss.item(), "ce": out.ce.item(), "aux": out.aux.item()})
-    return curve
+        picked = [examples[order[(start + i) % len(order)]] for i in range(config.batch_size)]
+        return collate(picked, tokenizer.pad_token_id).to(config.device)
+
+    records = plain_loop.train(model, loss_fn, batch_at, loop_config(config))
+    return [{"step": r.step, "loss": r.loss, "ce": r.ce, "aux": r.aux} for r in records]
 
 
 def eval_splits(spec: RunSpec) -> tuple[str, ...]:
@@ -171,7 +137,10 @@ def run_one(config: BenchConfig, spec: RunSpec) -> RunResult:
     tokenizer = build_tokenizer()
     vocab = DigitVocab.from_tokenizer(tokenizer)
     model = build_model(config, len(tokenizer), spec.seed).to(config.device)
-    curve = [] if spec.phase == "untrained" else train(config, spec, model, make_loss(spec, vocab, model), tokenizer)
+    if spec.phase == "untrained":
+        curve = []
+    else:
+        curve = train(config, spec, model, make_loss(spec.loss, vocab, spec.weight, model), tokenizer)
     evals = {}
     for split in eval_splits(spec):
         problems = make_split(split, config.eval_size(split), config.digits, 0, config.tasks)

@@ -1,5 +1,7 @@
 """Scoring a trained benchmark model on one split: greedy answers and teacher-forced statistics.
 
+Teacher-forced statistics are the project's one definition (:mod:`del_core.evaluation.teacher_forced`).
+
 Greedy answers come from the project's one generation path
 (:func:`del_core.evaluation.generation.generate_greedy`) and are read by its one number reader
 (:mod:`del_core.evaluation.numbers`). An answer that holds no number counts as the prediction 0
@@ -17,10 +19,13 @@ from typing import Any
 
 import torch
 
-from del_core import DigitVocab, build_loss
-from del_core.arithmetic.tasks import Problem
+from del_core import DigitVocab
+from del_core.arithmetic.tokenizer import encode_examples
+from del_core.data.synthetic import Problem, answer_text
+from del_core.data.tokenized import TokenBatch
 from del_core.evaluation.generation import generate_greedy
 from del_core.evaluation.numbers import find_numbers, log_abs_error, parse_number, place_hits
+from del_core.evaluation.teacher_forced import score_examples, summarise
 
 
 @dataclass
@@ -53,14 +58,15 @@ def score_answers(problems: Sequence[Problem], outputs: Sequence[str]) -> dict[s
     correct, abs_errors, log_errors, parsed = [], [], [], 0
     place_hits_by_key: dict[str, list[bool]] = defaultdict(list)
     for problem, output in zip(problems, outputs):
-        gold = parse_number(problem.answer)
+        gold_text = answer_text(problem.answer)
+        gold = parse_number(gold_text)
         prediction = read_prediction(output)
         parsed += prediction is not None
         value = prediction if prediction is not None else Fraction(0)
         correct.append(int(prediction is not None and prediction == gold))
         abs_errors.append(float(abs(value - gold)))
         log_errors.append(log_abs_error(value, gold))
-        for place, hit in place_hits(value, gold, problem.answer).items():
+        for place, hit in place_hits(value, gold, gold_text).items():
             place_hits_by_key[place].append(hit and prediction is not None)
     n = max(len(problems), 1)
     return {
@@ -81,39 +87,30 @@ def _place_order(item: tuple[str, list[bool]]) -> int:
 @torch.no_grad()
 def teacher_forced(
     model, tokenizer, vocab: DigitVocab, problems: Sequence[Problem], batch_size: int, device: str = "cpu"
-) -> dict:
-    """CE per answer token, digit entropy and digit accuracy over the gold answers (MLE's metrics)."""
-    from del_core.arithmetic.runs import encode_batch
+) -> dict[str, float]:
+    """CE per answer token, digit entropy and digit accuracy over the gold answers, by the project's
+    one definition (:mod:`del_core.evaluation.teacher_forced`)."""
 
-    loss_fn = build_loss("mle", vocab)
-    sums = {"ce": 0.0, "tokens": 0.0, "entropy": 0.0, "hits": 0.0, "digits": 0.0}
+    def logits_of(batch: TokenBatch) -> torch.Tensor:
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+
     was_training = model.training
     model.eval()
-    for start in range(0, len(problems), batch_size):
-        batch = encode_batch(list(problems[start : start + batch_size]), tokenizer)
-        input_ids, targets = (t.to(device) for t in batch)
-        logits = model(input_ids=input_ids, attention_mask=input_ids != tokenizer.pad_token_id).logits
-        out = loss_fn(logits, targets)
-        tokens, digits = float(out.metrics["n_tokens"]), float(out.metrics["n_digits"])
-        sums["ce"] += out.ce.item() * tokens
-        sums["tokens"] += tokens
-        sums["entropy"] += float(out.metrics["digit_entropy"]) * digits
-        sums["hits"] += float(out.metrics["digit_acc"]) * digits
-        sums["digits"] += digits
-    model.train(was_training)
-    return {
-        "tf_ce": sums["ce"] / max(sums["tokens"], 1.0),
-        "tf_digit_entropy": sums["entropy"] / max(sums["digits"], 1.0),
-        "tf_digit_acc": sums["hits"] / max(sums["digits"], 1.0),
-    }
+    try:
+        examples = encode_examples(problems, tokenizer)
+        scores = score_examples(logits_of, examples, batch_size, tokenizer.pad_token_id, vocab, device)
+    finally:
+        model.train(was_training)
+    metrics = summarise({name: float(value) for name, value in scores.sums.items()})
+    return {"tf_ce": metrics.ce, "tf_digit_entropy": metrics.digit_entropy, "tf_digit_acc": metrics.digit_acc}
 
 
 def evaluate(
     model, tokenizer, vocab: DigitVocab, problems: Sequence[Problem], batch_size: int, device: str = "cpu"
 ) -> EvalResult:
     """Greedy answers (at most the longest gold answer + 2 tokens) and teacher-forced statistics."""
-    max_new = max(len(p.answer) for p in problems) + 2
-    prompts = [p.prompt for p in problems]
+    max_new = max(len(answer_text(p.answer)) for p in problems) + 2
+    prompts = [p.question for p in problems]
     outputs = generate_greedy(model, tokenizer, prompts, max_new, device, batch_size=batch_size, desc="answers")
     forced = teacher_forced(model, tokenizer, vocab, problems, batch_size, device)
     return EvalResult(**score_answers(problems, outputs), **forced)

@@ -9,7 +9,9 @@ largest operand width):
   decimal   "4.82+3.7="        -> "8.52"       1-3 decimals, sum or difference (>= 0)
   convert   "4.82 km in m="    -> "4820"       scaling by a power of ten (km m cm mm, kg g)
 
-Answers are written without exponent or trailing zeros (:func:`answer_text`). A problem's split
+Each is a :class:`del_core.data.synthetic.Problem` (the ``question`` is the prompt, ``family`` the
+task); answers are written by the project's one :func:`~del_core.data.synthetic.answer_text`
+(no exponent or trailing zeros). A problem's split
 is a function of its text alone (a hash), so train, validation and test never share a problem
 whatever the seeds and sizes; the out-of-distribution split uses ``digits + 1``.
 """
@@ -19,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
+
+from del_core.data.synthetic import Problem, answer_text
 
 TASKS = ("add", "sub", "mul", "decimal", "convert")
 SPLITS = ("train", "val", "test")
@@ -28,21 +31,6 @@ SPLITS = ("train", "val", "test")
 _SPLIT_SHARE = {"train": 0.8, "val": 0.1, "test": 0.1}
 _UNITS = {"km": 3, "m": 0, "cm": -2, "mm": -3}
 _MASSES = {"kg": 3, "g": 0}
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One problem: ``prompt`` (ends with "="), ``answer`` (exact, as text), its ``task``."""
-
-    task: str
-    prompt: str
-    answer: str
-
-
-def answer_text(value: Decimal) -> str:
-    """The value without exponent or trailing zeros ("28.20" -> "28.2", "3.5E+3" -> "3500")."""
-    text = format(value.normalize(), "f")
-    return "0" if text in ("-0", "0") else text
 
 
 def _integer(rng: random.Random, digits: int) -> int:
@@ -59,25 +47,25 @@ def _decimal(rng: random.Random, digits: int) -> Decimal:
 
 def _add(rng: random.Random, digits: int) -> Problem:
     a, b = _integer(rng, digits), _integer(rng, digits)
-    return Problem("add", f"{a}+{b}=", str(a + b))
+    return Problem(f"{a}+{b}=", Decimal(a + b), family="add")
 
 
 def _sub(rng: random.Random, digits: int) -> Problem:
     a, b = sorted((_integer(rng, digits), _integer(rng, digits)), reverse=True)
-    return Problem("sub", f"{a}-{b}=", str(a - b))
+    return Problem(f"{a}-{b}=", Decimal(a - b), family="sub")
 
 
 def _mul(rng: random.Random, digits: int) -> Problem:
     a, b = _integer(rng, digits), rng.randint(2, 9)
-    return Problem("mul", f"{a}*{b}=", str(a * b))
+    return Problem(f"{a}*{b}=", Decimal(a * b), family="mul")
 
 
 def _decimal_op(rng: random.Random, digits: int) -> Problem:
     a, b = _decimal(rng, digits), _decimal(rng, digits)
     if rng.random() < 0.5:
-        return Problem("decimal", f"{answer_text(a)}+{answer_text(b)}=", answer_text(a + b))
+        return Problem(f"{answer_text(a)}+{answer_text(b)}=", a + b, family="decimal")
     a, b = max(a, b), min(a, b)
-    return Problem("decimal", f"{answer_text(a)}-{answer_text(b)}=", answer_text(a - b))
+    return Problem(f"{answer_text(a)}-{answer_text(b)}=", a - b, family="decimal")
 
 
 def _convert(rng: random.Random, digits: int) -> Problem:
@@ -85,7 +73,7 @@ def _convert(rng: random.Random, digits: int) -> Problem:
     source, target = rng.sample(sorted(units), 2)
     value = _decimal(rng, digits) if rng.random() < 0.5 else Decimal(_integer(rng, digits))
     converted = value.scaleb(units[source] - units[target])
-    return Problem("convert", f"{answer_text(value)} {source} in {target}=", answer_text(converted))
+    return Problem(f"{answer_text(value)} {source} in {target}=", converted, family="convert")
 
 
 FAMILIES: dict[str, Callable[[random.Random, int], Problem]] = {
@@ -127,13 +115,13 @@ def make_split(
         if len(problems) == count:
             return problems
         problem = FAMILIES[rng.choice(list(tasks))](rng, width)
-        if split == "ood" and not _uses_width(problem.prompt, width):
+        if split == "ood" and not _uses_width(problem.question, width):
             continue
-        if split != "ood" and split_of(problem.prompt) != split:
+        if split != "ood" and split_of(problem.question) != split:
             continue
-        if unique and problem.prompt in seen:
+        if unique and problem.question in seen:
             continue
-        seen.add(problem.prompt)
+        seen.add(problem.question)
         problems.append(problem)
     raise ValueError(f"only {len(problems)} unique {split} problems of {digits} digits for {count} requested")
 

@@ -24,6 +24,7 @@ seed means: reordering any of them changes every row after the first affected dr
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
@@ -35,12 +36,17 @@ NAMES = ("Ava", "Ben", "Chloe", "Dev", "Mia", "Omar", "Lena", "Tariq", "Sofia", 
 
 @dataclass(frozen=True)
 class Problem:
-    """One generated problem: the question, its worked steps, an equivalent program, the answer."""
+    """The project's one generated problem: the question, its exact answer, and optionally its worked
+    steps, an equivalent program and the name of the family that drew it. The word problems here
+    fill every field; the numeric benchmark's problems (:mod:`del_core.arithmetic.tasks`) are a bare
+    ``question`` ("482+37=") with its ``answer`` and ``family``. Write the answer as text with
+    :func:`answer_text` (the training set writes computed decimals its own way: :data:`TRAINING_SET`)."""
 
     question: str
-    steps: tuple[str, ...]  # "expression = value" lines
-    program: tuple[str, ...]  # Python lines ending in a print of the answer
     answer: Decimal
+    steps: tuple[str, ...] = ()  # "expression = value" lines
+    program: tuple[str, ...] = ()  # Python lines ending in a print of the answer
+    family: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,8 +62,11 @@ Family = Callable[[random.Random, Wording], Problem]
 
 
 def answer_text(value: Decimal) -> str:
-    """The value without exponent or trailing zeros ("28.20" -> "28.2", "36.00" -> "36")."""
-    return format(value.normalize(), "f")
+    """The project's one way to write an exact answer: no exponent, no trailing zeros, and zero
+    unsigned ("28.20" -> "28.2", "36.00" -> "36", "3.5E+3" -> "3500", "0.50" -> "0.5", "-1.50" ->
+    "-1.5", "-0.00" -> "0"). A signed zero is an artefact of decimal arithmetic, not a value: its
+    minus sign would be a token to learn and a number reader would read it as 0 anyway."""
+    return "0" if value.is_zero() else format(value.normalize(), "f")
 
 
 def _training_answer_text(value: Decimal) -> str:
@@ -88,9 +97,9 @@ def _total_cost(rng: random.Random, words: Wording) -> Problem:
     total = n * price
     return Problem(
         f"{name} buys {n} {item} at ${price} each. How much does {name} pay in total?",
-        (f"{n} * {price} = {words.number(total)}",),
-        (f"count = {n}", f"price = {price}", "total = count * price", _print_line("total", total)),
         total,
+        steps=(f"{n} * {price} = {words.number(total)}",),
+        program=(f"count = {n}", f"price = {price}", "total = count * price", _print_line("total", total)),
     )
 
 
@@ -100,9 +109,9 @@ def _remaining(rng: random.Random, words: Wording) -> Problem:
     left = start - used
     return Problem(
         f"A tank holds {start} liters of water. {used} liters are used. How many liters are left?",
-        (f"{start} - {used} = {words.number(left)}",),
-        (f"capacity = {start}", f"used = {used}", "left = capacity - used", _print_line("left", left)),
         left,
+        steps=(f"{start} - {used} = {words.number(left)}",),
+        program=(f"capacity = {start}", f"used = {used}", "left = capacity - used", _print_line("left", left)),
     )
 
 
@@ -110,9 +119,9 @@ def _sum_of_counts(rng: random.Random, words: Wording) -> Problem:
     a, b, c = (rng.randint(10, 9999) for _ in range(3))
     return Problem(
         f"A library lends {a} books in May, {b} in June and {c} in July. How many books in all?",
-        (f"{a} + {b} + {c} = {a + b + c}",),
-        (f"may = {a}", f"june = {b}", f"july = {c}", "print(may + june + july)"),
         Decimal(a + b + c),
+        steps=(f"{a} + {b} + {c} = {a + b + c}",),
+        program=(f"may = {a}", f"june = {b}", f"july = {c}", "print(may + june + july)"),
     )
 
 
@@ -123,9 +132,9 @@ def _share(rng: random.Random, words: Wording) -> Problem:
     bill = words.number(total)
     return Problem(
         f"{people} friends share a bill of ${bill} equally. How much does each friend pay?",
-        (f"{bill} / {people} = {words.number(each)}",),
-        (f"bill = {bill}", f"friends = {people}", "each = bill / friends", _print_line("each", each)),
         each,
+        steps=(f"{bill} / {people} = {words.number(each)}",),
+        program=(f"bill = {bill}", f"friends = {people}", "each = bill / friends", _print_line("each", each)),
     )
 
 
@@ -136,9 +145,9 @@ def _eggs_left(rng: random.Random, words: Wording) -> Problem:
     name = rng.choice(words.names)
     return Problem(
         f"{name} has {boxes} boxes with {per_box} eggs each and sells {sold} eggs. How many eggs are left?",
-        (f"{boxes} * {per_box} = {total}", f"{total} - {sold} = {total - sold}"),
-        (f"boxes = {boxes}", f"per_box = {per_box}", f"sold = {sold}", "print(boxes * per_box - sold)"),
         Decimal(total - sold),
+        steps=(f"{boxes} * {per_box} = {total}", f"{total} - {sold} = {total - sold}"),
+        program=(f"boxes = {boxes}", f"per_box = {per_box}", f"sold = {sold}", "print(boxes * per_box - sold)"),
     )
 
 
@@ -147,9 +156,9 @@ def _percent_of(rng: random.Random, words: Wording) -> Problem:
     value = Decimal(base) * percent / 100
     return Problem(
         f"What is {percent}% of {base}?",
-        (f"{base} * {percent} / 100 = {words.number(value)}",),
-        (f"base = {base}", f"percent = {percent}", "value = base * percent / 100", _print_line("value", value)),
         value,
+        steps=(f"{base} * {percent} / 100 = {words.number(value)}",),
+        program=(f"base = {base}", f"percent = {percent}", "value = base * percent / 100", _print_line("value", value)),
     )
 
 
@@ -160,15 +169,21 @@ def _average(rng: random.Random, words: Wording) -> Problem:
     listed = ", ".join(str(v) for v in values[:-1]) + f" and {values[-1]}"
     return Problem(
         f"A shop sells {listed} items on four days. What is the average number of items per day?",
-        (f"{' + '.join(map(str, values))} = {total}", f"{total} / 4 = {words.number(mean)}"),
-        (f"sales = [{', '.join(map(str, values))}]", "mean = sum(sales) / len(sales)", _print_line("mean", mean)),
         mean,
+        steps=(f"{' + '.join(map(str, values))} = {total}", f"{total} / 4 = {words.number(mean)}"),
+        program=(
+            f"sales = [{', '.join(map(str, values))}]",
+            "mean = sum(sales) / len(sales)",
+            _print_line("mean", mean),
+        ),
     )
 
 
 def _product(rng: random.Random, words: Wording) -> Problem:
     a, b = rng.randint(12, 999), rng.randint(3, 99)
-    return Problem(f"What is {a} times {b}?", (f"{a} * {b} = {a * b}",), (f"print({a} * {b})",), Decimal(a * b))
+    return Problem(
+        f"What is {a} times {b}?", Decimal(a * b), steps=(f"{a} * {b} = {a * b}",), program=(f"print({a} * {b})",)
+    )
 
 
 def _decimal_sum(rng: random.Random, words: Wording) -> Problem:
@@ -176,9 +191,9 @@ def _decimal_sum(rng: random.Random, words: Wording) -> Problem:
     total = a + b
     return Problem(
         f"Calculate {a} + {b}.",
-        (f"{a} + {b} = {words.number(total)}",),
-        (f"total = {a} + {b}", _print_line("total", total)),
         total,
+        steps=(f"{a} + {b} = {words.number(total)}",),
+        program=(f"total = {a} + {b}", _print_line("total", total)),
     )
 
 
@@ -187,9 +202,9 @@ def _in_centimeters(meters: Decimal, question: str, words: Wording) -> Problem:
     cm = meters * 100
     return Problem(
         question,
-        (f"{meters} * 100 = {words.number(cm)}",),
-        (f"meters = {meters}", "centimeters = meters * 100", _print_line("centimeters", cm)),
         cm,
+        steps=(f"{meters} * 100 = {words.number(cm)}",),
+        program=(f"meters = {meters}", "centimeters = meters * 100", _print_line("centimeters", cm)),
     )
 
 
@@ -200,27 +215,31 @@ def _meters_to_cm(rng: random.Random, words: Wording) -> Problem:
 
 def _two_digit_sum(rng: random.Random, words: Wording) -> Problem:
     a, b = rng.randint(10, 99), rng.randint(10, 99)
-    return Problem(f"What is {a} plus {b}?", (f"{a} + {b} = {a + b}",), (f"print({a} + {b})",), Decimal(a + b))
+    return Problem(
+        f"What is {a} plus {b}?", Decimal(a + b), steps=(f"{a} + {b} = {a + b}",), program=(f"print({a} + {b})",)
+    )
 
 
 def _two_digit_difference(rng: random.Random, words: Wording) -> Problem:
     a = rng.randint(20, 99)
     b = rng.randint(10, a - 1)
-    return Problem(f"What is {a} minus {b}?", (f"{a} - {b} = {a - b}",), (f"print({a} - {b})",), Decimal(a - b))
+    return Problem(
+        f"What is {a} minus {b}?", Decimal(a - b), steps=(f"{a} - {b} = {a - b}",), program=(f"print({a} - {b})",)
+    )
 
 
 def _double(rng: random.Random, words: Wording) -> Problem:
     x = rng.randint(10, 499)
-    return Problem(f"What is double {x}?", (f"2 * {x} = {2 * x}",), (f"print(2 * {x})",), Decimal(2 * x))
+    return Problem(f"What is double {x}?", Decimal(2 * x), steps=(f"2 * {x} = {2 * x}",), program=(f"print(2 * {x})",))
 
 
 def _small_cost(rng: random.Random, words: Wording) -> Problem:
     n, price, item, name = rng.randint(2, 9), rng.randint(2, 20), rng.choice(words.items), rng.choice(words.names)
     return Problem(
         f"{name} buys {n} {item} at ${price} each. How much does {name} pay in total?",
-        (f"{n} * {price} = {n * price}",),
-        (f"count = {n}", f"price = {price}", "print(count * price)"),
         Decimal(n * price),
+        steps=(f"{n} * {price} = {n * price}",),
+        program=(f"count = {n}", f"price = {price}", "print(count * price)"),
     )
 
 
@@ -228,9 +247,9 @@ def _count_left(rng: random.Random, words: Wording) -> Problem:
     have, given, item, name = rng.randint(20, 99), rng.randint(2, 19), rng.choice(words.items), rng.choice(words.names)
     return Problem(
         f"{name} has {have} {item} and gives away {given}. How many {item} are left?",
-        (f"{have} - {given} = {have - given}",),
-        (f"have = {have}", f"given = {given}", "print(have - given)"),
         Decimal(have - given),
+        steps=(f"{have} - {given} = {have - given}",),
+        program=(f"have = {have}", f"given = {given}", "print(have - given)"),
     )
 
 
@@ -251,7 +270,8 @@ class ProblemSet:
     def draw(self, rng: random.Random) -> tuple[str, Problem]:
         """(family name, problem): one family drawn, then its numbers, from ``rng``."""
         family = rng.choice(self.families)
-        return family.__name__.lstrip("_"), family(rng, self.wording)
+        name = family.__name__.lstrip("_")
+        return name, dataclasses.replace(family(rng, self.wording), family=name)
 
 
 TRAINING_SET = ProblemSet(

@@ -7,9 +7,11 @@
 1. finds the digit vocabulary of the model's real tokenizer;
 2. shows, token by token, the place values and the DEL term of one worked answer;
 3. evaluates all seven losses on held-out arithmetic problems (:func:`del_core.data.synthetic.make_problems`);
-4. fine-tunes two copies of the model for ``--steps`` steps, one with MLE and one with DEL
-   (same data, seed, optimiser), and compares held-out digit accuracy, digit entropy and the
-   share of computed results ("= X") whose every digit is predicted right (teacher forced).
+4. fine-tunes two copies of the model for ``--steps`` steps of the plain loop
+   (:mod:`del_core.training.plain_loop`), one with MLE and one with DEL (same data, seed,
+   optimiser), and compares held-out digit accuracy, digit entropy
+   (:mod:`del_core.evaluation.teacher_forced`) and the share of computed results ("= X") whose
+   every digit is predicted right (teacher forced).
 """
 
 from __future__ import annotations
@@ -25,13 +27,16 @@ from typing import Any, Optional
 
 import torch
 
-from del_core import LOSS_NAMES, DigitVocab, build_loss, number_spans
+from del_core import LOSS_NAMES, DigitVocab, number_spans
 from del_core.data.synthetic import make_problems
 from del_core.data.tokenized import TokenBatch, collate, encode
-from del_core.losses.digit_terms import del_term, digit_entropy, number_hits
+from del_core.evaluation.teacher_forced import digit_hits, summarise, teacher_forced_sums
+from del_core.losses.digit_terms import del_term, digit_entropy
 from del_core.models.sources import SMOLLM2, resolve_model, smollm2_gguf
 from del_core.spans import IGNORE_INDEX
 from del_core.tokenizers import load_tokenizer
+from del_core.training import plain_loop
+from del_core.training.plain_loop import PlainLoopConfig, StepRecord, logits_of, make_loss
 
 MAX_LENGTH = 256  # tokens per example; the generated problems are far shorter
 
@@ -76,11 +81,6 @@ def make_batch(rows: Sequence[dict], tokenizer: Any, max_length: int = MAX_LENGT
     return collate([encode(row, tokenizer, max_length) for row in rows], pad)
 
 
-def logits_of(model: Any, batch: TokenBatch) -> torch.Tensor:
-    """[B, T, V] logits of ``batch``."""
-    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
-
-
 def _first(batch: TokenBatch) -> TokenBatch:
     return dataclasses.replace(
         batch,
@@ -120,14 +120,12 @@ def show_breakdown(demo: DemoModel, batch: TokenBatch) -> None:
 def loss_table(demo: DemoModel, batch: TokenBatch) -> None:
     """Every loss of :data:`del_core.LOSS_NAMES` on ``batch`` at the current weights (EMO's cost
     embedding: the model's output embedding)."""
-    cost_embedding = demo.model.get_output_embeddings().weight.detach().clone()
     with torch.no_grad():
         logits = logits_of(demo.model, batch)
     print(f"\nAll losses on {batch.targets.shape[0]} held-out problems at the pretrained weights:")
     print(f"  {'loss':>8} {'total':>8} {'CE':>8} {'aux':>8} {'H(digits)':>10} {'digit acc':>10}")
     for name in LOSS_NAMES:
-        options = {"cost_embedding": cost_embedding} if name == "emo" else {}
-        out = build_loss(name, demo.vocab, **options)(logits, batch.targets)
+        out = make_loss(name, demo.vocab, None, demo.model)(logits, batch.targets)
         m = out.metrics
         print(
             f"  {name:>8} {out.loss.item():8.4f} {out.ce.item():8.4f} {out.aux.item():8.4f} "
@@ -136,53 +134,40 @@ def loss_table(demo: DemoModel, batch: TokenBatch) -> None:
 
 
 def evaluate(model: Any, vocab: DigitVocab, batch: TokenBatch) -> HeldoutScores:
-    """Held-out CE, digit accuracy and entropy, and the share of computed results with every digit right."""
+    """Held-out CE, digit accuracy and entropy (:mod:`del_core.evaluation.teacher_forced`), and the
+    share of computed results with every digit right."""
     with torch.no_grad():
         logits = logits_of(model, batch)
-        out = build_loss("mle", vocab)(logits, batch.targets)
-        spans = number_spans(batch.targets, vocab)
-        number_logits = logits[..., vocab.number_tensor()]
-        right = number_hits(
-            number_logits.reshape(-1, number_logits.shape[-1]),
-            spans.width.reshape(-1),
-            spans.digit_value.reshape(-1),
-            vocab.group_offsets,
-        ).reshape(spans.width.shape)
-        # Answers read "a op b = X\nThe answer is X.": the last span repeats X, so it can be
-        # copied; the computed result is the span before it.
-        span_index = spans.span_start.long().cumsum(-1)
-        result_span = span_index.max(-1, keepdim=True).values - 1
-        in_result = spans.is_digit & (span_index == result_span)
-        answer_wrong = (in_result & ~right).any(-1)
-    return HeldoutScores(
-        out.ce.item(),
-        out.metrics["digit_acc"].item(),
-        out.metrics["digit_entropy"].item(),
-        1.0 - answer_wrong.float().mean().item(),
-    )
+    spans = number_spans(batch.targets, vocab)
+    metrics = summarise({k: float(v) for k, v in teacher_forced_sums(logits, batch.targets, vocab, spans).items()})
+    right = digit_hits(logits[..., vocab.number_tensor()], spans, vocab)
+    # Answers read "a op b = X\nThe answer is X.": the last span repeats X, so it can be
+    # copied; the computed result is the span before it.
+    span_index = spans.span_start.long().cumsum(-1)
+    result_span = span_index.max(-1, keepdim=True).values - 1
+    in_result = spans.is_digit & (span_index == result_span)
+    answer_wrong = (in_result & ~right).any(-1)
+    return HeldoutScores(metrics.ce, metrics.digit_acc, metrics.digit_entropy, 1.0 - answer_wrong.float().mean().item())
 
 
 def fine_tune(model: Any, demo: DemoModel, loss_name: str, rows: Sequence[dict], args: argparse.Namespace) -> Any:
-    """``model`` after ``args.steps`` AdamW steps of ``args.batch_size`` rows each (in order, wrapping)."""
+    """``model`` after ``args.steps`` AdamW steps of the plain loop (:mod:`del_core.training.plain_loop`),
+    constant learning rate, ``args.batch_size`` rows each (in order, wrapping)."""
     torch.manual_seed(args.seed)
-    loss_fn = build_loss(loss_name, demo.vocab)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    model.train()
-    for step in range(args.steps):
+    loss_fn = make_loss(loss_name, demo.vocab, None, model)
+
+    def batch_at(step: int) -> TokenBatch:
         start = (step * args.batch_size) % len(rows)
-        batch = make_batch(rows[start : start + args.batch_size], demo.tokenizer)
-        out = loss_fn(logits_of(model, batch), batch.targets)
-        optimiser.zero_grad(set_to_none=True)
-        out.loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimiser.step()
-        m = out.metrics
+        return make_batch(rows[start : start + args.batch_size], demo.tokenizer)
+
+    def show(r: StepRecord) -> None:
         print(
-            f"  [{loss_name:>3}] step {step + 1:>3}/{args.steps} loss {out.loss.item():.4f} ce {out.ce.item():.4f} "
-            f"aux {out.aux.item():.4f} H(digits) {m['digit_entropy'].item():.3f} "
-            f"digit acc {m['digit_acc'].item():.3f}",
+            f"  [{loss_name:>3}] step {r.step:>3}/{args.steps} loss {r.loss:.4f} ce {r.ce:.4f} "
+            f"aux {r.aux:.4f} H(digits) {r.digit_entropy:.3f} digit acc {r.digit_acc:.3f}",
             flush=True,
         )
+
+    plain_loop.train(model, loss_fn, batch_at, PlainLoopConfig(steps=args.steps, lr=args.lr), on_record=show)
     model.eval()
     return model
 

@@ -6,7 +6,8 @@ extract (answer from program output or text) -> sandbox (running generated progr
 together, ``config`` (EvalConfig) and ``runner`` are the command line's options and steps.
 
 Held-out problems (training and the study): ``generation.generate_greedy`` (the one greedy
-generation path), ``heldout`` (greedy answers scored by the one answer reader) and
-``teacher_forced`` (digit metrics of the reference answers, token by token).
+generation path), ``greedy_answers`` (greedy answers scored by the one answer reader) and
+``teacher_forced`` (the one module of teacher-forced metrics: CE, digit accuracy and entropy, number
+and answer accuracy of the reference answers, token by token).
 ``confidence``: t intervals and paired differences (over seeds, or over problems).
 """

@@ -1,5 +1,10 @@
 """Teacher-forced held-out metrics: how the model scores the reference answers, token by token.
 
+The project's one definition of the teacher-forced metrics, used by the trainer's held-out
+evaluation, the study, the numeric benchmark and the loss demo. One forward per batch and no
+decoding, so it is several times cheaper per answer than greedy generation (the study's primary
+metric is :func:`score_forced_answers` on hundreds of held-out answers).
+
 Per batch, :func:`teacher_forced_sums` returns named sums (divide only after summing over batches
 and ranks, :func:`summarise`):
   ce_sum        cross-entropy (nats) summed over target tokens       tokens   target tokens
@@ -11,16 +16,22 @@ and ranks, :func:`summarise`):
   numbers       numbers
   answer_hits   sequences whose stated answer comes out right (:func:`answer_hits`)
   answers       sequences with at least one target (blank padding rows are not answers)
+
+Over a list of examples, :func:`score_examples` sums them given any ``logits_of(batch)`` (a plain
+model, or a training objective gathering vocabulary shards); :func:`score_forced_answers` scores a
+model on held-out rows encoded exactly as training encodes them (:func:`del_core.data.tokenized.encode`),
+so a row's targets are its reference answer and its answer the last number of it ("The answer is X.").
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
+from del_core.data.tokenized import Example, TokenBatch, collate, encode
 from del_core.losses.digit_terms import number_entropy, number_hits
 from del_core.spans import IGNORE_INDEX, NumberSpans, number_spans
 from del_core.vocab import DigitVocab
@@ -62,12 +73,20 @@ class BatchScores:
     hits: torch.Tensor
 
 
+def digit_hits(digit_logits: torch.Tensor, spans: NumberSpans, vocab: DigitVocab) -> torch.Tensor:
+    """bool, the spans' shape: the number-token target at each position whose argmax within its
+    width group (the ten digits on a single-digit vocabulary) is right; False off number tokens.
+    ``digit_logits`` [..., C] the number-token logits (``logits[..., vocab.number_tensor()]``)."""
+    flat = digit_logits.reshape(-1, digit_logits.shape[-1])
+    right = number_hits(flat, spans.width.reshape(-1), spans.digit_value.reshape(-1), vocab.group_offsets)
+    return right.reshape(spans.width.shape) & spans.is_digit
+
+
 def _number_sums(digit_logits: torch.Tensor, spans: NumberSpans, vocab: DigitVocab) -> dict[str, torch.Tensor]:
     """``digit_logits`` [..., C] the number-token logits, ``spans`` of the same leading shape."""
     flat = digit_logits.reshape(-1, digit_logits.shape[-1])
-    width, value = spans.width.reshape(-1), spans.digit_value.reshape(-1)
-    entropy = number_entropy(flat, width, vocab.group_offsets).reshape(spans.width.shape)
-    right = number_hits(flat, width, value, vocab.group_offsets).reshape(spans.width.shape)
+    entropy = number_entropy(flat, spans.width.reshape(-1), vocab.group_offsets).reshape(spans.width.shape)
+    right = digit_hits(digit_logits, spans, vocab)
     wrong_digit = spans.is_digit & ~right
     span_id = spans.span_start.reshape(-1).long().cumsum(0) - 1  # spans never cross sequences
     in_span = (spans.is_digit | spans.is_point).reshape(-1)
@@ -77,7 +96,7 @@ def _number_sums(digit_logits: torch.Tensor, spans: NumberSpans, vocab: DigitVoc
     wrong_span.index_add_(0, span_id[in_span].clamp_min(0), wrong_digit.reshape(-1)[in_span].long())
     first_free = torch.arange(wrong_span.numel(), device=digit_logits.device) < n_spans
     return {
-        "digit_hits": (right & spans.is_digit).sum().double(),
+        "digit_hits": right.sum().double(),
         "entropy_sum": entropy[spans.is_digit].double().sum(),
         "digits": spans.is_digit.sum().double(),
         "right_numbers": ((wrong_span == 0) & first_free).sum().double(),
@@ -161,3 +180,73 @@ def answer_hits(logits: torch.Tensor, targets: torch.Tensor, spans: NumberSpans,
     wrong_inside = in_last & (position <= last_digit) & (predicted != targets)
     wrong_end = (position == last_digit + 1) & (targets != IGNORE_INDEX) & continues
     return (last_digit.squeeze(-1) >= 0) & ~(wrong_inside | wrong_end).any(-1)
+
+
+@dataclass
+class ForcedScores:
+    """Teacher-forced scores of a list of examples: the named sums (:data:`TEACHER_FORCED_SUMS`,
+    float64 scalars on the device, summed over batches) and each example's answer hit (bool [N], on
+    the device, in the examples' order; no host sync per batch)."""
+
+    sums: dict[str, torch.Tensor]
+    hits: torch.Tensor
+
+
+@torch.no_grad()
+def score_examples(
+    logits_of: Callable[[TokenBatch], torch.Tensor],
+    examples: Sequence[Example],
+    batch_size: int,
+    pad_id: int,
+    vocab: Optional[DigitVocab],
+    device: Any,
+) -> ForcedScores:
+    """:class:`ForcedScores` of ``examples``, ``batch_size`` per forward. ``logits_of`` maps a
+    batch (on ``device``, spans attached) to its full-vocabulary logits [B, T, V]: the one place a
+    caller's model differs (a plain model, or a training objective gathering vocabulary shards)."""
+    totals: dict[str, torch.Tensor] = {}
+    hits: list[torch.Tensor] = []
+    for start in range(0, len(examples), batch_size):
+        batch = collate(examples[start : start + batch_size], pad_id).with_spans(vocab).to(device)
+        scores = score_batch(logits_of(batch), batch.targets, vocab, batch.spans)
+        hits.append(scores.hits)
+        for name, value in scores.sums.items():
+            totals[name] = totals.get(name, 0) + value
+    return ForcedScores(totals, torch.cat(hits) if hits else torch.zeros(0, dtype=torch.bool))
+
+
+@dataclass
+class ForcedAnswers:
+    """``hits[i]``: row i's answer is right under teacher forcing; ``metrics`` over all rows."""
+
+    hits: list[bool]
+    metrics: TeacherForcedMetrics  # its tf_answer_acc is the share of ``hits``
+
+
+@torch.no_grad()
+def score_forced_answers(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[dict],
+    prompt_format: str,
+    max_length: int,
+    batch_size: int = 32,
+    device: Any = "cpu",
+) -> ForcedAnswers:
+    """:class:`ForcedAnswers` of ``model`` on ``rows`` (validated Alpaca rows or conversations),
+    encoded under ``prompt_format`` and cut to ``max_length`` tokens, ``batch_size`` rows per
+    forward. The model runs in eval mode and gets its train/eval mode back."""
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    examples = [encode(row, tokenizer, max_length, prompt_format, where=f"row {i}") for i, row in enumerate(rows)]
+
+    def logits_of(batch: TokenBatch) -> torch.Tensor:
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits
+
+    was_training = model.training
+    model.eval()
+    try:
+        scores = score_examples(logits_of, examples, batch_size, pad_id, vocab, device)
+    finally:
+        model.train(was_training)
+    return ForcedAnswers(scores.hits.tolist(), summarise({name: float(value) for name, value in scores.sums.items()}))

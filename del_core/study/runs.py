@@ -102,9 +102,9 @@ def evaluate_heldout(
     Both use the training runs' prompt format (``data.prompt_format``) and ``data.max_length``."""
     import torch
 
-    from del_core.evaluation.forced_answers import score_forced_answers
     from del_core.evaluation.generation import HFGenerator
-    from del_core.evaluation.heldout import score_heldout
+    from del_core.evaluation.greedy_answers import score_heldout
+    from del_core.evaluation.teacher_forced import score_forced_answers
     from del_core.models.sources import resolve_model
 
     started = time.time()

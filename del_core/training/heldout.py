@@ -5,7 +5,7 @@ Teacher-forced metrics (:mod:`del_core.evaluation.teacher_forced`) over the held
 sharded over data-parallel ranks with every rank running the same number of forwards (ZeRO-3
 gathers parameters collectively; tensor-parallel ranks see the same rows and gather their logit
 columns); and optionally greedy answers to the first ``generate`` rows, scored by the project's one
-answer reader (:func:`del_core.evaluation.heldout.answer_accuracy`).
+answer reader (:func:`del_core.evaluation.greedy_answers.answer_accuracy`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import torch
 
 from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
 from del_core.data.tokenized import Example, TokenBatch
-from del_core.evaluation.forced_answers import score_examples
 from del_core.evaluation.generation import generate_greedy
-from del_core.evaluation.heldout import answer_accuracy
-from del_core.evaluation.teacher_forced import summarise
+from del_core.evaluation.greedy_answers import answer_accuracy
+from del_core.evaluation.teacher_forced import score_examples, summarise
 from del_core.parallel import ParallelDims, gather_vocab_shards, sum_named
 from del_core.spans import IGNORE_INDEX
 from del_core.training.objective import CausalLMObjective

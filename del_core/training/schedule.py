@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -69,16 +70,28 @@ class StepPlan:
         ]
 
 
-def warmup_cosine(total_steps: int, warmup_ratio: float, min_ratio: float = 0.0):
-    """LR multiplier of step s (0-based): linear warm-up over ceil(warmup_ratio * total) steps
-    (the first step gets 1/warmup of the peak), then cosine decay to ``min_ratio`` at the end."""
+def warmup_cosine_lr(
+    step: int, total_steps: int, warmup_steps: int, peak: float = 1.0, min_ratio: float = 0.0
+) -> float:
+    """The project's one warm-up cosine schedule: the learning rate of step ``step`` (0-based).
+
+    Linear warm-up over ``warmup_steps`` steps (the first step gets ``peak / warmup_steps``), then
+    cosine decay from ``peak`` to ``min_ratio * peak`` at ``total_steps`` (held there after). With
+    ``peak=1.0`` it is the multiplier a ``LambdaLR`` applies to the optimizer's learning rate.
+    """
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return peak * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def warmup_cosine(total_steps: int, warmup_ratio: float, min_ratio: float = 0.0) -> Callable[[int], float]:
+    """LR multiplier of step s (0-based) for ``LambdaLR``: :func:`warmup_cosine_lr` with
+    ceil(warmup_ratio * total) warm-up steps and a peak of 1."""
     warmup = math.ceil(warmup_ratio * total_steps)
 
     def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = (step - warmup) / max(1, total_steps - warmup)
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+        return warmup_cosine_lr(step, total_steps, warmup, 1.0, min_ratio)
 
     return factor
 

@@ -14,10 +14,11 @@ from del_core import DigitVocab
 from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.protocol import choose_lambdas, final_specs, selection_specs
 from del_core.arithmetic.report import task_by_seed, task_table
-from del_core.arithmetic.runs import RunResult, RunSpec, encode_batch, training_examples
+from del_core.arithmetic.runs import RunResult, RunSpec, training_examples
 from del_core.arithmetic.scoring import EvalResult, score_answers
-from del_core.arithmetic.tasks import TASKS, Problem, make_split
-from del_core.arithmetic.tokenizer import build_tokenizer
+from del_core.arithmetic.tasks import TASKS, make_split
+from del_core.arithmetic.tokenizer import build_tokenizer, encode_batch
+from del_core.data.synthetic import Problem, answer_text
 from del_core.data.tokenized import collate
 from del_core.evaluation.confidence import paired_difference, seeds_for_half_width, t_interval, verdict
 
@@ -37,20 +38,21 @@ def reference_answer(prompt: str) -> Decimal:
 @pytest.mark.parametrize("split", ["train", "val", "test", "ood"])
 def test_every_answer_is_the_value_of_its_prompt(split):
     problems = make_split(split, 400, 3, seed=0)
-    assert {p.task for p in problems} == set(TASKS)
+    assert {p.family for p in problems} == set(TASKS)
     for p in problems:
-        assert Decimal(p.answer) == reference_answer(p.prompt), p
-        assert "e" not in p.answer.lower() and not (("." in p.answer) and p.answer.endswith("0")), p
+        assert p.answer == reference_answer(p.question), p
+        text = answer_text(p.answer)
+        assert "e" not in text.lower() and not (("." in text) and text.endswith("0")), p
 
 
 def test_splits_never_share_a_problem_and_ood_is_wider():
     sets = {
-        s: {p.prompt for p in make_split(s, 1500 if s != "train" else 6000, 3, seed=1)}
+        s: {p.question for p in make_split(s, 1500 if s != "train" else 6000, 3, seed=1)}
         for s in ("train", "val", "test")
     }
     assert not sets["train"] & sets["val"] and not sets["train"] & sets["test"] and not sets["val"] & sets["test"]
     ood = make_split("ood", 300, 3, seed=0)
-    widths = [max(len(n.split(".")[0]) for n in re.findall(r"[\d.]+", p.prompt)) for p in ood]
+    widths = [max(len(n.split(".")[0]) for n in re.findall(r"[\d.]+", p.question)) for p in ood]
     assert min(widths) == 4 and max(widths) == 4
     assert make_split("test", 50, 3, seed=3) == make_split("test", 50, 3, seed=3)
     assert make_split("test", 50, 3, seed=3) != make_split("test", 50, 3, seed=4)
@@ -72,7 +74,8 @@ def test_tokenizer_splits_every_character_and_passes_the_digit_probe():
 
 def test_encode_batch_masks_the_prompt_and_targets_the_answer_and_eos():
     tokenizer = build_tokenizer()
-    input_ids, targets = encode_batch([Problem("add", "1+2=", "3"), Problem("add", "10+20=", "30")], tokenizer)
+    problems = [Problem("1+2=", Decimal(3), family="add"), Problem("10+20=", Decimal(30), family="add")]
+    input_ids, targets = encode_batch(problems, tokenizer)
     assert tokenizer.decode(input_ids[0, :5]) == "1+2=3" and input_ids[0, 5] == tokenizer.eos_token_id
     assert input_ids.shape == (2, 9) and input_ids[0, 6:].tolist() == [tokenizer.pad_token_id] * 3
     # position t predicts t + 1: the '=' position predicts '3', the '3' position predicts EOS
@@ -88,7 +91,8 @@ def test_the_encoded_training_split_gives_the_batches_of_encoding_each_problem_a
     problems = make_split("train", 600, 2, 0, TASKS, unique=False)
     assert len(examples) == len(problems)
     for index in (0, 17, 599):
-        alone = tokenizer(problems[index].prompt + problems[index].answer, add_special_tokens=False)["input_ids"]
+        text = problems[index].question + answer_text(problems[index].answer)
+        alone = tokenizer(text, add_special_tokens=False)["input_ids"]
         assert examples[index].input_ids == [*alone, tokenizer.eos_token_id]
     picked = [3, 599, 41, 0, 250]
     batch = collate([examples[i] for i in picked], tokenizer.pad_token_id)
@@ -98,7 +102,7 @@ def test_the_encoded_training_split_gives_the_batches_of_encoding_each_problem_a
 
 
 def test_scoring_against_hand_computed_values():
-    problems = [Problem("add", "a", "519"), Problem("add", "b", "519"), Problem("add", "c", "2.5")]
+    problems = [Problem("a", Decimal("519")), Problem("b", Decimal("519")), Problem("c", Decimal("2.5"))]
     scores = score_answers(problems, ["519", "529 and more", ""])
     assert scores["correct"] == [1, 0, 0]
     assert scores["exact_acc"] == pytest.approx(1 / 3)
@@ -217,7 +221,7 @@ def test_per_task_accuracy_by_hand():
 
 def test_the_task_table_names_each_tasks_share_of_the_test_split():
     config = BenchConfig(losses=["mle", "del"], seeds=[0, 1], test_size=40, tasks=["add", "mul"])
-    tasks = [p.task for p in make_split("test", 40, config.digits, 0, config.tasks)]
+    tasks = [p.family for p in make_split("test", 40, config.digits, 0, config.tasks)]
     results = [
         _test_run(loss, seed, [1 if t == "add" else seed for t in tasks]) for loss in ("mle", "del") for seed in (0, 1)
     ]
@@ -225,3 +229,34 @@ def test_the_task_table_names_each_tasks_share_of_the_test_split():
     assert lines[0] == f"| loss | add ({tasks.count('add')}) | mul ({tasks.count('mul')}) |"
     assert lines[2] == "| mle | 100.0 | 50.0 |"
     assert lines[3] == "| del | 100.0 (+0.0 ± 0.0) | 50.0 (+0.0 ± 0.0) |"
+
+
+def test_benchmark_training_is_the_plain_loop_with_its_own_hyperparameters():
+    from del_core.arithmetic.runs import loop_config
+
+    config = BenchConfig(steps=60, warmup_steps=10, log_every=20)
+    loop = loop_config(config)
+    assert (loop.steps, loop.lr, loop.betas, loop.weight_decay, loop.max_grad_norm) == (60, 3e-3, (0.9, 0.98), 0.0, 1.0)
+    assert (loop.warmup_steps, loop.min_lr_ratio, loop.log_every) == (10, 0.1, 20)
+
+
+def test_teacher_forced_scores_are_the_shared_definitions_on_the_gold_answers():
+    """The benchmark's teacher-forced CE, digit entropy and accuracy equal the MLE loss's own
+    per-batch means on one batch holding every problem (up to float32 rounding of those means)."""
+    from del_core import build_loss
+    from del_core.arithmetic.runs import build_model
+    from del_core.arithmetic.scoring import teacher_forced
+
+    tokenizer = build_tokenizer()
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    model = build_model(BenchConfig(hidden=16, layers=1, heads=2), len(tokenizer), seed=0).train()
+    problems = make_split("test", 12, 2, 0, TASKS)
+    scores = teacher_forced(model, tokenizer, vocab, problems, batch_size=5)
+    assert model.training  # the mode is given back
+    input_ids, targets = encode_batch(problems, tokenizer)
+    with torch.no_grad():
+        model.eval()
+        out = build_loss("mle", vocab)(model(input_ids=input_ids, attention_mask=input_ids != 0).logits, targets)
+    assert scores["tf_ce"] == pytest.approx(out.ce.item(), rel=1e-5)
+    assert scores["tf_digit_entropy"] == pytest.approx(out.metrics["digit_entropy"].item(), rel=1e-5)
+    assert scores["tf_digit_acc"] == pytest.approx(out.metrics["digit_acc"].item(), rel=1e-5)

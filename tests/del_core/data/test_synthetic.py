@@ -4,6 +4,7 @@ very rows they were before the study's generators were merged into this module; 
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 
 import pytest
@@ -117,3 +118,35 @@ def test_training_set_heldout_rows_are_unchanged_by_the_exclusion():
     # The README's held-out numbers were measured on these rows (no collision to exclude).
     held = separate_heldout("synthetic:320", "train", None, 48, seed=0)
     assert held == make_problems(48, seed=HELDOUT_SEED_OFFSET)
+
+
+@pytest.mark.parametrize(
+    "value, text",
+    [
+        ("28.20", "28.2"),
+        ("36.00", "36"),
+        ("0.50", "0.5"),
+        ("3.5E+3", "3500"),
+        ("1E+2", "100"),
+        ("0.001", "0.001"),
+        ("-1.50", "-1.5"),
+        ("-12", "-12"),
+        ("-0", "0"),
+        ("-0.00", "0"),
+        ("0E+3", "0"),
+        ("0.000", "0"),
+        ("1.25E-3", "0.00125"),
+    ],
+)
+def test_answer_text_is_the_one_way_to_write_an_answer(value, text):
+    assert synthetic.answer_text(Decimal(value)) == text
+
+
+def test_the_benchmark_and_the_word_problems_share_one_problem_type():
+    from del_core.arithmetic import tasks
+
+    assert tasks.Problem is synthetic.Problem and tasks.answer_text is synthetic.answer_text
+    family, problem = synthetic.STUDY_SET.draw(random.Random(0))
+    assert problem.family == family and problem.steps and problem.program
+    (arithmetic,) = tasks.make_split("test", 1, 2, 0, ["add"])
+    assert arithmetic.family == "add" and arithmetic.question.endswith("=") and arithmetic.steps == ()

@@ -9,11 +9,13 @@ import torch
 
 from del_core import DigitVocab, number_spans
 from del_core.data.tokenized import Example
-from del_core.evaluation.forced_answers import score_examples
 from del_core.evaluation.teacher_forced import (
     TEACHER_FORCED_SUMS,
     answer_hits,
+    digit_hits,
     score_batch,
+    score_examples,
+    score_forced_answers,
     summarise,
     teacher_forced_sums,
 )
@@ -222,3 +224,39 @@ def test_scores_of_examples_do_not_depend_on_the_batch_size():
         assert result[1] == reference[1]
         assert result[0] == pytest.approx(reference[0], rel=1e-6)  # CE is summed in float32 per batch
     assert reference[0]["answers"] == 5 and 0 < sum(reference[1]) < 5
+
+
+def test_digit_hits_mark_each_right_digit_target_and_nothing_else():
+    vocab = DigitVocab(tuple(range(10)), 10)  # ids 0..9 are digits, 10 is '.'
+    targets = torch.tensor([[1, 2, 11, 3, 10, 1, -100]])  # "12" and "3.1"; digit 1 favoured everywhere
+    logits = torch.zeros(1, 7, 12)
+    logits[..., 1] = 2.0
+    spans = number_spans(targets, vocab)
+    hits = digit_hits(logits[..., vocab.number_tensor()], spans, vocab)
+    assert hits.tolist() == [[True, False, False, False, False, True, False]]
+    assert float(teacher_forced_sums(logits, targets, vocab, spans)["digit_hits"]) == 2.0
+
+
+def test_score_forced_answers_encodes_rows_like_training_and_restores_the_mode():
+    """The study's entry point: rows encoded by the training encoder, answer hits per row, the mode
+    given back; on a model that always predicts the reference, every answer is right."""
+    from del_core.data.tokenized import encode
+    from helpers.shared import real_tokenizer
+
+    tokenizer = real_tokenizer("qwen2")
+    rows = [{"instruction": "What is 2 plus 3?", "input": "", "output": "2 + 3 = 5\nThe answer is 5."}] * 2
+    examples = [encode(row, tokenizer, 64, "alpaca") for row in rows]
+
+    class Oracle(torch.nn.Module):
+        """Logits [B, T, V] with the next reference token (of the first row) on top."""
+
+        def forward(self, input_ids, attention_mask=None, use_cache=False):
+            targets = torch.tensor(examples[0].targets).clamp_min(0)[: input_ids.shape[1]]
+            logits = torch.zeros(*input_ids.shape, len(tokenizer))
+            logits[:, torch.arange(input_ids.shape[1]), targets] = 5.0
+            return type("Out", (), {"logits": logits})()
+
+    model = Oracle().train()
+    scored = score_forced_answers(model, tokenizer, rows, "alpaca", 64, batch_size=1)
+    assert scored.hits == [True, True] and scored.metrics.tf_answer_acc == 1.0 and scored.metrics.digit_acc == 1.0
+    assert model.training

@@ -18,7 +18,7 @@ from del_core.data.prompting import PromptFormat
 from del_core.data.rows import check_row
 from del_core.data.tokenized import encode
 from del_core.evaluation.config import load_eval_config
-from del_core.evaluation.heldout import score_heldout
+from del_core.evaluation.greedy_answers import score_heldout
 from del_core.study import (
     StudyError,
     StudyPaths,

@@ -1,4 +1,4 @@
-"""Held-out answers scored by the project's one answer reader (del_core.evaluation.heldout), on
+"""Held-out answers scored by the project's one answer reader (del_core.evaluation.greedy_answers), on
 hand-made outputs: the gold is read from the reference output by the same rule as the model's."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from del_core.evaluation.heldout import HeldoutSummary, answer_accuracy, reference_answer, score_heldout
+from del_core.evaluation.greedy_answers import HeldoutSummary, answer_accuracy, reference_answer, score_heldout
 from del_core.evaluation.numbers import numbers_match
 
 
