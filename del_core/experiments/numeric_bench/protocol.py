@@ -1,4 +1,5 @@
-"""The benchmark protocol: choose each loss's lambda on validation, then run the test seeds.
+"""The benchmark protocol: choose each loss's lambda on validation, then run the test seeds (the
+grid of :mod:`del_core.experiments.grid`, run into a resumable output root).
 
 1. selection: every loss with a lambda grid runs each lambda with ``select_seeds``, scored on the
    validation split; the chosen lambda has the best mean validation exact accuracy (ties: the lower
@@ -6,8 +7,9 @@
 2. test: every loss, at its chosen lambda, with every test seed, scored on the test and OOD splits;
    one untrained model per test seed is scored too (the floor).
 
-Runs are resumable: each finished run is a file under OUTPUT_ROOT/runs/ and is not run again; a
-second invocation with a changed result-affecting key is refused (it would mix two benchmarks).
+Runs are resumable: each finished run's result is its done marker, OUTPUT_ROOT/runs/<unit>.json,
+and is not run again; a second invocation with a changed result-affecting key is refused
+(:func:`del_core.experiments.output_root.claim`: it would mix two benchmarks).
 """
 
 from __future__ import annotations
@@ -19,24 +21,22 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from del_core.arithmetic.config import BenchConfig
-from del_core.arithmetic.runs import RunResult, RunSpec, load_result, run_one, save_result
-from del_core.config import ConfigError
-
-# Keys that may change between invocations on one output_root (they do not change any result).
-RESUMABLE_KEYS = ("output_root", "losses", "seeds", "workers", "threads", "eval_batch_size", "target_half_width")
+from del_core.arithmetic.runs import RunResult, load_result, run_one, save_result
+from del_core.experiments import output_root
+from del_core.experiments.grid import Unit, seed_major_grid
+from del_core.experiments.numeric_bench.config import RESUMABLE_KEYS, NumericBenchConfig
 
 
-def selection_specs(config: BenchConfig) -> list[RunSpec]:
+def selection_specs(config: NumericBenchConfig) -> list[Unit]:
     return [
-        RunSpec(loss, weight, seed, "select")
+        Unit(loss, weight, seed, "select")
         for loss in config.losses
         for weight in config.grid(loss) or ()
         for seed in config.select_seeds
     ]
 
 
-def choose_lambdas(config: BenchConfig, results: Sequence[RunResult]) -> dict[str, float]:
+def choose_lambdas(config: NumericBenchConfig, results: Sequence[RunResult]) -> dict[str, float]:
     """loss -> the lambda with the best mean validation exact accuracy (ties: lower log-MAE)."""
     chosen = {}
     for loss in config.losses:
@@ -51,26 +51,23 @@ def choose_lambdas(config: BenchConfig, results: Sequence[RunResult]) -> dict[st
     return chosen
 
 
-def final_specs(config: BenchConfig, chosen: dict[str, float]) -> list[RunSpec]:
+def final_specs(config: NumericBenchConfig, chosen: dict[str, float]) -> list[Unit]:
     """Every loss at its chosen lambda and the untrained model, seed by seed: an interrupted
     benchmark has whole seeds done (every loss paired), not whole losses."""
     return [
-        spec
+        unit
         for seed in config.seeds
-        for spec in (
-            *(RunSpec(loss, chosen.get(loss), seed, "test") for loss in config.losses),
-            RunSpec("mle", None, seed, "untrained"),
-        )
+        for unit in (*seed_major_grid(config.losses, [seed], chosen.get), Unit("mle", None, seed, "untrained"))
     ]
 
 
-def _run_and_save(config: BenchConfig, spec: RunSpec) -> RunResult:
+def _run_and_save(config: NumericBenchConfig, spec: Unit) -> RunResult:
     result = run_one(config, spec)
     save_result(Path(config.output_root), result)
     return result
 
 
-def run_specs(config: BenchConfig, specs: Sequence[RunSpec], label: str) -> list[RunResult]:
+def run_specs(config: NumericBenchConfig, specs: Sequence[Unit], label: str) -> list[RunResult]:
     """The results of ``specs``: finished ones read back, the others run ``config.workers`` at a
     time in separate processes, each saved as soon as it finishes; progress on stderr."""
     from tqdm import tqdm
@@ -88,23 +85,10 @@ def run_specs(config: BenchConfig, specs: Sequence[RunSpec], label: str) -> list
     return [done[spec] for spec in specs]
 
 
-def check_resumable(config: BenchConfig) -> None:
-    """Record the configuration under OUTPUT_ROOT, or refuse when a result-affecting key differs
+def check_resumable(config: NumericBenchConfig) -> None:
+    """Claim OUTPUT_ROOT for this configuration, or refuse when a result-affecting key differs
     from the recorded one (naming the keys)."""
-    root = Path(config.output_root)
-    path = root / "config.json"
-    current = {k: v for k, v in asdict(config).items() if k not in RESUMABLE_KEYS}
-    if path.is_file():
-        recorded = json.loads(path.read_text())
-        changed = sorted(k for k in current.keys() | recorded.keys() if current.get(k) != recorded.get(k))
-        if changed:
-            raise ConfigError(
-                f"{root} holds a benchmark with other values of {changed}: use another output_root "
-                "(or delete that folder) to run this configuration"
-            )
-        return
-    root.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(current, indent=1))
+    output_root.claim(Path(config.output_root), asdict(config), RESUMABLE_KEYS, "a benchmark")
 
 
 @dataclass(frozen=True)
@@ -112,13 +96,13 @@ class BenchOutcome:
     """A finished benchmark: its configuration, the lambda-selection runs, the chosen lambdas and
     the test-phase runs (untrained ones included)."""
 
-    config: BenchConfig
+    config: NumericBenchConfig
     selected: list[RunResult]
     chosen: dict[str, float]
     results: list[RunResult]
 
 
-def run_benchmark(config: BenchConfig) -> BenchOutcome:
+def run_benchmark(config: NumericBenchConfig) -> BenchOutcome:
     """Selection, then test (each resumable)."""
     check_resumable(config)
     selected = run_specs(config, selection_specs(config), "lambda selection")

@@ -1,14 +1,18 @@
-"""The benchmark's configuration (a structured config of :mod:`del_core.config`).
+"""The numeric benchmark's configuration (a structured config of :mod:`del_core.config`).
 
-config = load_bench_config("recipes/configs/numeric-bench.yaml", ["seeds=[0,1]", "steps=50"])
+config = load_numeric_bench_config("recipes/configs/numeric-bench.yaml", ["seeds=[0,1]", "steps=50"])
+
+``BenchConfig`` and ``load_bench_config`` are the names of release 0.1: they still work for this
+release, with a FutureWarning.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from del_core.arithmetic.tasks import TASKS
 from del_core.config import ConfigError, load_config
@@ -22,7 +26,7 @@ DEFAULT_GRIDS["del"] = [0.008, 0.032, 0.128]
 
 
 @dataclass
-class BenchConfig:
+class NumericBenchConfig:
     """Every key of a benchmark run. Sizes in problems; ``steps`` are optimizer steps."""
 
     output_root: str = "runs/numeric-bench"
@@ -79,5 +83,21 @@ class BenchConfig:
         return self.grids.get(loss)
 
 
-def load_bench_config(recipe: Optional[str | Path] = None, overrides: Sequence[str] = ()) -> BenchConfig:
-    return load_config(BenchConfig, recipe, overrides)
+# Keys that may change between invocations on one output_root (they do not change any result).
+RESUMABLE_KEYS = ("output_root", "losses", "seeds", "workers", "threads", "eval_batch_size", "target_half_width")
+
+
+def load_numeric_bench_config(recipe: Optional[str | Path] = None, overrides: Sequence[str] = ()) -> NumericBenchConfig:
+    """The benchmark YAML ``recipe`` (or the defaults) with ``key=value`` overrides, validated."""
+    return load_config(NumericBenchConfig, recipe, overrides)
+
+
+_RENAMED = {"BenchConfig": "NumericBenchConfig", "load_bench_config": "load_numeric_bench_config"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        new = _RENAMED[name]
+        warnings.warn(f"{name} is renamed {new}; the old name goes in the next release", FutureWarning, stacklevel=2)
+        return globals()[new]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,7 +31,7 @@ from del_core.data.jsonl import read_jsonl, write_jsonl
 from del_core.data.prompting import alpaca_messages, system_turn
 from del_core.data.synthetic import Problem, ProblemSet, problem_set
 from del_core.evaluation.prompts import PROGRAM_SUFFIX
-from del_core.study.config import StudyConfig, StudyError, StudyPaths
+from del_core.experiments.study.config import StudyConfig, StudyError, StudyPaths
 
 STYLES = ("steps", "program", "equation")
 

@@ -13,11 +13,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from del_core.arithmetic.config import BenchConfig
-from del_core.arithmetic.protocol import BenchOutcome
 from del_core.arithmetic.runs import RunResult
 from del_core.arithmetic.tasks import make_split
-from del_core.evaluation.confidence import Interval, paired_difference, seeds_for_half_width, t_interval, verdict
+from del_core.evaluation.confidence import Interval, seeds_for_half_width, t_interval
+from del_core.experiments.comparison import compare
+from del_core.experiments.numeric_bench.config import NumericBenchConfig
+from del_core.experiments.numeric_bench.protocol import BenchOutcome
+from del_core.experiments.report import bar_panel, figure, markdown_table, plus_minus, save_figure
 
 # (key of EvalResult, label, scale for printing, higher is better)
 METRICS = (
@@ -37,7 +39,7 @@ def place_by_seed(results: Sequence[RunResult], loss: str, split: str, place: st
     return {r.spec.seed: r.evals[split].place_acc[place] for r in runs if place in r.evals[split].place_acc}
 
 
-def summarise(config: BenchConfig, results: Sequence[RunResult]) -> dict[str, Any]:
+def summarise(config: NumericBenchConfig, results: Sequence[RunResult]) -> dict[str, Any]:
     """loss -> split -> metric -> {"mean", "half_width", "diff", "diff_half_width", "verdict"}."""
     summary: dict[str, Any] = {}
     for loss in config.losses:
@@ -62,56 +64,52 @@ def _cell(results, loss: str, split: str, key: str, higher: bool) -> dict[str, A
     values = by_seed(results, loss, "test", split, key)
     cell = _interval_dict(t_interval(list(values.values())))
     if loss != "mle":
-        diff = paired_difference(values, by_seed(results, "mle", "test", split, key))
-        cell |= {"diff": diff.mean, "diff_half_width": diff.half_width, "verdict": verdict(diff, higher)}
+        c = compare(loss, "mle", key, higher, values, by_seed(results, "mle", "test", split, key))
+        diff = c.over_seeds
+        cell |= {"diff": diff.mean, "diff_half_width": diff.half_width, "verdict": c.verdict}
     return cell
 
 
-def _pm(mean: float, half: Optional[float], scale: float, digits: int, signed: bool = False) -> str:
-    text = f"{scale * mean:+.{digits}f}" if signed else f"{scale * mean:.{digits}f}"
-    return text + (f" ± {scale * half:.{digits}f}" if half is not None else "")
-
-
-def results_table(config: BenchConfig, summary: dict, chosen: dict[str, float], split: str) -> list[str]:
+def results_table(config: NumericBenchConfig, summary: dict, chosen: dict[str, float], split: str) -> list[str]:
     """Markdown rows: per loss its lambda, each metric with its interval and the paired
     difference to MLE with its interval and verdict."""
-    header = "| loss | lambda | " + " | ".join(f"{label} | Δ vs MLE" for _, label, _, _ in METRICS) + " |"
-    lines = [header, "|" + "---|" * (2 + 2 * len(METRICS))]
+    header = ["loss", "lambda", *(title for _, label, _, _ in METRICS for title in (label, "Δ vs MLE"))]
+    rows = []
     for loss in ("untrained", *config.losses):
         cells = [loss, "-" if loss in ("untrained", "mle") else str(chosen.get(loss, "-"))]
         for key, _, scale, _ in METRICS:
             c = summary[loss][split][key]
             digits = 1 if scale == 100.0 else 3
-            cells.append(_pm(c["mean"], c["half_width"], scale, digits))
+            cells.append(plus_minus(c["mean"], c["half_width"], scale, digits))
             if "diff" in c:
-                cells.append(f"{_pm(c['diff'], c['diff_half_width'], scale, digits, True)} ({c['verdict']})")
+                cells.append(f"{plus_minus(c['diff'], c['diff_half_width'], scale, digits, True)} ({c['verdict']})")
             else:
                 cells.append("")
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows.append(cells)
+    return markdown_table(header, rows)
 
 
 def _per_column_table(
-    config: BenchConfig, columns: Sequence[str], values_of: Callable[[str, str], dict[int, float]]
+    config: NumericBenchConfig, columns: Sequence[str], values_of: Callable[[str, str], dict[int, float]]
 ) -> list[str]:
     """Markdown rows: per loss the mean (%) over seeds of ``values_of(loss, column)`` (seed -> value)
     in each column, and for the other losses the paired difference to MLE in points with its interval."""
-    lines = ["| loss | " + " | ".join(columns) + " |", "|" + "---|" * (1 + len(columns))]
     mle = {column: values_of("mle", column) for column in columns}
+    rows = []
     for loss in config.losses:
         cells = [loss]
         for column in columns:
             values = values_of(loss, column)
             cell = f"{100 * t_interval(list(values.values())).mean:.1f}" if values else "-"
             if loss != "mle" and values:
-                diff = paired_difference(values, mle[column])
-                cell += f" ({_pm(diff.mean, diff.half_width, 100.0, 1, True)})"
+                diff = compare(loss, "mle", column, True, values, mle[column]).over_seeds
+                cell += f" ({plus_minus(diff.mean, diff.half_width, 100.0, 1, True)})"
             cells.append(cell)
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        rows.append(cells)
+    return markdown_table(["loss", *columns], rows)
 
 
-def place_table(config: BenchConfig, results: Sequence[RunResult], split: str = "test") -> list[str]:
+def place_table(config: NumericBenchConfig, results: Sequence[RunResult], split: str = "test") -> list[str]:
     """Markdown rows: per loss the mean accuracy (%) at each place of the gold answers, and for the
     other losses the paired difference to MLE in points with its interval."""
     places = sorted(
@@ -130,7 +128,7 @@ def task_by_seed(results: Sequence[RunResult], loss: str, tasks: Sequence[str], 
     return {r.spec.seed: sum(r.evals["test"].correct[i] for i in where) / len(where) for r in runs if where}
 
 
-def task_table(config: BenchConfig, results: Sequence[RunResult]) -> list[str]:
+def task_table(config: NumericBenchConfig, results: Sequence[RunResult]) -> list[str]:
     """Markdown rows: per loss the exact accuracy (%) on each task's test problems, with the paired
     difference to MLE; the header gives each task's share of the test split."""
     tasks = [problem.task for problem in make_split("test", config.test_size, config.digits, 0, config.tasks)]
@@ -142,16 +140,16 @@ def task_table(config: BenchConfig, results: Sequence[RunResult]) -> list[str]:
 
 def selection_table(selected: Sequence[RunResult]) -> list[str]:
     """Markdown rows: per tuned loss and lambda, the mean validation exact accuracy and log-MAE."""
-    lines = ["| loss | lambda | val exact % | val log-MAE | seeds |", "|---|---|---|---|---|"]
+    rows = []
     for loss, weight in sorted({(r.spec.loss, r.spec.weight) for r in selected}):
         runs = [r.evals["val"] for r in selected if (r.spec.loss, r.spec.weight) == (loss, weight)]
         acc = 100 * sum(e.exact_acc for e in runs) / len(runs)
         log_mae = sum(e.log_mae for e in runs) / len(runs)
-        lines.append(f"| {loss} | {weight:g} | {acc:.1f} | {log_mae:.3f} | {len(runs)} |")
-    return lines
+        rows.append([loss, f"{weight:g}", f"{acc:.1f}", f"{log_mae:.3f}", str(len(runs))])
+    return markdown_table(["loss", "lambda", "val exact %", "val log-MAE", "seeds"], rows)
 
 
-def achieved_half_width(config: BenchConfig, summary: dict) -> Optional[float]:
+def achieved_half_width(config: NumericBenchConfig, summary: dict) -> Optional[float]:
     """The widest 95% half-width (points) of an exact-accuracy difference to MLE on the test split."""
     widths = [summary[loss]["test"]["exact_acc"].get("diff_half_width") for loss in config.losses if loss != "mle"]
     widths = [w for w in widths if w is not None]
@@ -159,7 +157,7 @@ def achieved_half_width(config: BenchConfig, summary: dict) -> Optional[float]:
 
 
 def markdown(
-    config: BenchConfig,
+    config: NumericBenchConfig,
     summary: dict,
     chosen: dict[str, float],
     results: Sequence[RunResult],
@@ -206,38 +204,25 @@ def markdown(
     return "\n".join(lines)
 
 
-def plot(config: BenchConfig, summary: dict, results: Sequence[RunResult], path: Path) -> Path:
+def plot(config: NumericBenchConfig, summary: dict, results: Sequence[RunResult], path: Path) -> Path:
     """Exact accuracy and log-MAE per loss with their 95% intervals, and the mean training CE."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     losses = list(config.losses)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    fig, axes = figure(1, 3, (15, 4))
     for ax, (key, label, scale, _) in zip(axes[:2], METRICS[:2]):
         cells = [summary[loss]["test"][key] for loss in losses]
-        ax.bar(
-            losses,
-            [scale * c["mean"] for c in cells],
-            yerr=[scale * (c["half_width"] or 0) for c in cells],
-            capsize=4,
-            color="#4c72b0",
+        means = [scale * c["mean"] for c in cells]
+        bar_panel(
+            ax, losses, means, [scale * (c["half_width"] or 0) for c in cells], f"test {label} (95% CI over seeds)"
         )
-        ax.set_title(f"test {label} (95% CI over seeds)")
-        ax.tick_params(axis="x", rotation=45)
     for loss in losses:
         curves = [r.curve for r in results if r.spec.loss == loss and r.spec.phase == "test" and r.curve]
         if curves:
             steps = [p["step"] for p in curves[0]]
             axes[2].plot(steps, [sum(c[i]["ce"] for c in curves) / len(curves) for i in range(len(steps))], label=loss)
-    axes[2].set_title("training CE (mean over seeds)")
+    axes[2].set_title("training CE (mean over seeds)", fontsize=10)
     axes[2].set_xlabel("step")
     axes[2].legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=110)
 
 
 def write_report(outcome: BenchOutcome) -> Path:
