@@ -47,7 +47,7 @@ class StudyConfig:
     # loss -> lambda, or "auto" (lambda from the first batch, docs/lambda.md); absent = the loss's default
     loss_weights: dict[str, Any] = field(default_factory=dict)
     auto_ratios: dict[str, float] = field(default_factory=dict)  # loss -> loss.auto_ratio of its "auto"
-    # data (del_core.study.data)
+    # data (del_core.experiments.study.data)
     problem_set: str = "study"  # a problem set of del_core.data.synthetic (study, basic, training)
     solution_style: str = "steps"  # rows not written as programs: steps, or equation (the steps alone)
     data_seed: int = 1234
@@ -61,12 +61,12 @@ class StudyConfig:
     # system turn (SmolLM2's is 16 tokens)
     system_prompt: Optional[str] = None
     heldout_max_new_tokens: int = 40
-    # benchmarks (recipes/evaluate.py)
+    # benchmarks (del_core.evaluation.runner, what recipes/evaluate.py runs)
     benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "svamp"])  # empty: none
     benchmark_limit: int = 4  # the first N questions of each benchmark
     benchmark_max_new_tokens: int = 128
     benchmark_dir: Optional[str] = None  # default $DEL_BENCHMARK_DIR
-    eval_backend: str = "hf"  # hf, vllm or auto (recipes/evaluate.py --backend)
+    eval_backend: str = "hf"  # hf, vllm or auto (EvalConfig.backend)
     eval_batch_size: int = 8
     # machine
     threads: int = 2  # OMP threads of training and torch threads of evaluation (CPU)

@@ -12,8 +12,9 @@ Metrics of a run (:func:`run_metrics`), shares in [0, 1]:
                   teacher-forced over the same rows: digit entropy is the mean entropy (nats) of the
                   ten-digit distribution at digit positions, CE in nats per target token
   <benchmark>_acc, bench_macc, bench_log_mae
-                  ``recipes/evaluate.py`` summary (accuracy per benchmark, their mean, pooled log-MAE)
-  train_time_s    train.py's training-loop time (seconds)
+                  the benchmark summary (:mod:`del_core.evaluation.runner`: accuracy per benchmark,
+                  their mean, pooled log-MAE)
+  train_time_s    the trainer's training-loop time (seconds; its final record)
 Per loss: mean and sample standard deviation (n - 1) over seeds (:func:`aggregate`).
 
 A finished run is one :class:`~del_core.experiments.results.UnitResult` whose one split,
