@@ -118,3 +118,15 @@ def test_the_task_table_names_each_tasks_share_of_the_test_split():
     assert lines[0] == f"| loss | add ({tasks.count('add')}) | mul ({tasks.count('mul')}) |"
     assert lines[2] == "| mle | 100.0 | 50.0 |"
     assert lines[3] == "| del | 100.0 (+0.0 ± 0.0) | 50.0 (+0.0 ± 0.0) |"
+
+
+def test_a_run_result_is_its_done_marker_and_a_torn_one_runs_again(tmp_path):
+    from del_core.arithmetic.runs import load_result, result_path, save_result
+
+    result = _test_run("del", 3, [1, 0, 1])
+    path = save_result(tmp_path, result)
+    assert path == result_path(tmp_path, RunSpec("del", None, 3, "test")) == tmp_path / "runs/test/del-wnone-s3.json"
+    assert load_result(tmp_path, result.spec) == result
+    path.write_text(path.read_text()[:40])  # torn
+    assert load_result(tmp_path, result.spec) is None
+    assert load_result(tmp_path, RunSpec("mle", None, 3, "test")) is None  # never ran
