@@ -3,6 +3,8 @@ choice, the seed-major grid, per-task accuracy and its table, and the shipped co
 
 from __future__ import annotations
 
+import importlib
+import sys
 import warnings
 from dataclasses import asdict
 
@@ -78,6 +80,16 @@ def test_the_old_names_still_work_with_a_future_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert config.NumericBenchConfig is NumericBenchConfig
+    for module in ("config", "protocol", "report"):  # the modules' old paths
+        sys.modules.pop(f"del_core.arithmetic.{module}", None)
+        with pytest.warns(FutureWarning, match=f"arithmetic.{module} is renamed del_core.experiments.numeric_bench"):
+            importlib.import_module(f"del_core.arithmetic.{module}")
+    from del_core.arithmetic.config import BenchConfig, load_bench_config
+    from del_core.arithmetic.protocol import run_benchmark
+    from del_core.experiments.numeric_bench import protocol
+
+    assert (BenchConfig, load_bench_config) == (NumericBenchConfig, load_numeric_bench_config)
+    assert run_benchmark is protocol.run_benchmark
 
 
 def _test_run(loss, seed, correct) -> RunResult:

@@ -351,3 +351,15 @@ def test_the_plot_leads_with_the_primary_metric_and_shows_benchmarks_only_when_t
     assert keys == ["tf_answer_acc", "exact_acc", "log_mae", "tf_digit_entropy", "tf_number_acc"]
     with_benchmarks = {"losses": {"mle": {"bench_macc": {"mean": 0.25}}, "del": {}}}
     assert [key for key, _, _ in plot_panels(with_benchmarks)][-1] == "bench_macc"
+
+
+def test_the_old_import_path_still_works_with_a_future_warning():
+    import importlib
+    import sys
+
+    import del_core.experiments.study as study
+
+    sys.modules.pop("del_core.study", None)
+    with pytest.warns(FutureWarning, match="del_core.study is renamed del_core.experiments.study"):
+        old = importlib.import_module("del_core.study")
+    assert old.main is study.main and old.load_study_config is study.load_study_config
