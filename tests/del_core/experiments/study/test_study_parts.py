@@ -363,3 +363,17 @@ def test_the_old_import_path_still_works_with_a_future_warning():
     with pytest.warns(FutureWarning, match="del_core.study is renamed del_core.experiments.study"):
         old = importlib.import_module("del_core.study")
     assert old.main is study.main and old.load_study_config is study.load_study_config
+
+
+def test_a_study_root_resumes_with_more_seeds_and_refuses_another_training_setup(tmp_path):
+    from del_core.config import ConfigError
+    from del_core.experiments.study.pipeline import check_resume
+
+    def claim(*overrides):
+        config = load_study_config(CPU_CONFIG, [f"output_root={tmp_path / 'study'}", *overrides])
+        check_resume(config, StudyPaths(Path(config.output_root)))
+
+    claim("seeds=0", "max_steps=2")
+    claim("seeds=0,1", "max_steps=2", "threads=1")  # resumable: more seeds, fewer threads
+    with pytest.raises(ConfigError, match=r"other values of \['train'\] .*'max_steps': 2.*'max_steps': 3"):
+        claim("seeds=0,1", "max_steps=3")
