@@ -7,13 +7,13 @@ hyper-parameters, evaluate every run the same way, and write a results table and
     python recipes/study.py CONFIG --report-only                          # tables and plot from what exists
 
 Overrides are ``--key value``, ``--key=value`` or ``key=value`` (dashes read as underscores): a key
-of del_core/study/config.py (StudyConfig) sets the study; a training key (``run.max_steps``,
-``optimizer.lr``, or the short ``max_steps``, ``lr``; del_core/training/config.py) is passed to
-every training run. Lists may be written ``a,b,c``.
+of del_core/experiments/study/config.py (StudyConfig) sets the study; a training key
+(``run.max_steps``, ``optimizer.lr``, or the short ``max_steps``, ``lr``; del_core/training/config.py)
+is passed to every training run. Lists may be written ``a,b,c``.
 
-Outputs under OUTPUT_ROOT: data/, pretrained/, <loss>/seed<k>/ (train.py's run, heldout/ and
+Outputs under OUTPUT_ROOT: data/, pretrained/, <loss>/seed<k>/ (the training run, heldout/ and
 benchmarks/), results.{json,md,png}; an interrupted study continues where it stopped
-(del_core/study/pipeline.py). The metrics: del_core/study/metrics.py.
+(del_core/experiments/study/pipeline.py). The metrics: del_core/experiments/study/metrics.py.
 """
 
 import os
@@ -24,7 +24,7 @@ import sys
 # loads, and del_core imports torch: so it is set before the import.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from del_core.study import main  # noqa: E402
+from del_core.experiments.study import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], usage=__doc__))

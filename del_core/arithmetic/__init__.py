@@ -6,6 +6,7 @@ arithmetic with every loss, the same data, steps and seeds, and paired confidenc
     runs.py       one run: build the model, train with one loss, evaluate, write its result file
     scoring.py    greedy answers -> exact match, MAE, log-MAE, per-place digit accuracy
                   (paired t intervals: :mod:`del_core.evaluation.confidence`)
-    protocol.py   lambda chosen on validation per loss, then the test seeds; resumable
-    report.py     the markdown table and the plot
+
+The benchmark's configuration, protocol (the grid, resumable) and report are
+:mod:`del_core.experiments.numeric_bench`.
 """

@@ -11,61 +11,29 @@ engine's start-up alone would dominate.
 from __future__ import annotations
 
 import functools
-import json
-import os
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import torch
 
 from del_core import DigitVocab, NumericLoss
-from del_core.arithmetic.config import BenchConfig
 from del_core.arithmetic.scoring import EvalResult, evaluate
 from del_core.arithmetic.tasks import make_split
 from del_core.arithmetic.tokenizer import build_tokenizer, encode_examples
 from del_core.data.tokenized import Example, TokenBatch, collate
+from del_core.experiments.grid import Unit
+from del_core.experiments.numeric_bench.config import NumericBenchConfig as BenchConfig
+from del_core.experiments.output_root import read_marker, write_marker
+from del_core.experiments.results import UnitResult
 from del_core.training import plain_loop
 from del_core.training.plain_loop import PlainLoopConfig, make_loss
 
-
-@dataclass(frozen=True)
-class RunSpec:
-    """What distinguishes one run: the loss, its lambda (None: the loss has none), the seed, and
-    the phase ("select": scored on the validation split; "test": on the test and OOD splits;
-    "untrained": the initial weights of the seed, not trained, scored like "test")."""
-
-    loss: str
-    weight: Optional[float]
-    seed: int
-    phase: str
-
-    @property
-    def name(self) -> str:
-        weight = "none" if self.weight is None else f"{self.weight:g}"
-        return f"{self.phase}/{self.loss}-w{weight}-s{self.seed}"
-
-
-@dataclass
-class RunResult:
-    """A finished run: its spec, per-split evaluation, the training curve and its wall time."""
-
-    spec: RunSpec
-    evals: dict[str, EvalResult]
-    curve: list[dict[str, float]]
-    wall_s: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"spec": asdict(self.spec), "evals": {k: asdict(v) for k, v in self.evals.items()}, **self._rest()}
-
-    def _rest(self) -> dict[str, Any]:
-        return {"curve": self.curve, "wall_s": self.wall_s}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunResult:
-        evals = {k: EvalResult(**v) for k, v in data["evals"].items()}
-        return cls(RunSpec(**data["spec"]), evals, data["curve"], data["wall_s"])
+# A run is one unit of the experiments core (loss, lambda, seed, phase: "select" scored on the
+# validation split; "test" on the test and OOD splits; "untrained" the seed's initial weights, scored
+# like "test"), and its result the core's one unit record, with one EvalResult per split.
+RunSpec = Unit
+RunResult = UnitResult
 
 
 def build_model(config: BenchConfig, vocab_size: int, seed: int) -> torch.nn.Module:
@@ -153,16 +121,11 @@ def result_path(root: Path, spec: RunSpec) -> Path:
 
 
 def load_result(root: Path, spec: RunSpec) -> Optional[RunResult]:
-    """The finished run's result, or None when it has not finished (resumable runs)."""
-    path = result_path(root, spec)
-    return RunResult.from_json(json.loads(path.read_text())) if path.is_file() else None
+    """The finished run's result, or None when it has not finished or its file is torn (it runs again)."""
+    data = read_marker(result_path(root, spec))
+    return None if data is None else RunResult.from_json(data, EvalResult)
 
 
 def save_result(root: Path, result: RunResult) -> Path:
-    """Write the result atomically (a temporary file renamed into place: never half-written)."""
-    path = result_path(root, result.spec)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_suffix(f".tmp{os.getpid()}")
-    staging.write_text(json.dumps(result.to_json(), indent=1))
-    os.replace(staging, path)
-    return path
+    """Write the result atomically (the run's done marker: never half-written)."""
+    return write_marker(result_path(root, result.spec), result.to_json())

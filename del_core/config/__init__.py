@@ -10,7 +10,15 @@ overrides (dotted for nested keys, ``loss.weight=0.1``). Errors name the key and
 """
 
 from .command_line import split_command_line
-from .loader import ConfigError, KeyAliases, config_to_dict, config_to_yaml, load_config, read_yaml_mapping
+from .loader import (
+    ConfigError,
+    KeyAliases,
+    config_to_dict,
+    config_to_yaml,
+    load_config,
+    placed_keys,
+    read_yaml_mapping,
+)
 
 __all__ = [
     "ConfigError",
@@ -18,6 +26,7 @@ __all__ = [
     "config_to_dict",
     "config_to_yaml",
     "load_config",
+    "placed_keys",
     "read_yaml_mapping",
     "split_command_line",
 ]

@@ -16,7 +16,7 @@ import dataclasses
 import difflib
 import sys
 import typing
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypeVar
@@ -199,14 +199,37 @@ def _merge(base: DictConfig, layer: DictConfig, where: str) -> DictConfig:
         raise ConfigError(f"{where}: {key}: {message}") from None
 
 
+def _print_warning(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def placed_keys(
+    schema: type,
+    mapping: Optional[Mapping[str, Any]] = None,
+    overrides: Sequence[str] = (),
+    aliases: KeyAliases = KeyAliases(),
+    where: str = "command line",
+    warn: Callable[[str], None] = _print_warning,
+) -> dict[str, Any]:
+    """The keys of ``mapping`` (YAML values) and then ``overrides`` (``key=value`` text), each moved
+    to its dotted place as :func:`load_config` reads them (aliases applied, an unknown key a
+    :class:`ConfigError` naming it, ``where`` and the closest known keys), as a nested mapping
+    ``{section: {key: value}}``; the values are checked against their types by :func:`load_config`."""
+    items = [*(mapping or {}).items(), *(_parse_override(item) for item in overrides)]
+    layer = _layer(items, OmegaConf.structured(schema), schema, aliases, where, warn)
+    return OmegaConf.to_container(layer)
+
+
 def load_config(
     schema: type[Schema],
     recipe: Optional[str | Path] = None,
     overrides: Sequence[str] = (),
     aliases: KeyAliases = KeyAliases(),
-    warn: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
+    warn: Callable[[str], None] = _print_warning,
+    layers: Sequence[tuple[Mapping[str, Any], str]] = (),
 ) -> Schema:
-    """An instance of ``schema``: defaults, then ``recipe`` (and its bases), then ``overrides``.
+    """An instance of ``schema``: defaults, then ``recipe`` (and its bases), then ``layers``
+    (mappings made in code, each with where it came from, for error messages), then ``overrides``.
 
     The dataclass's ``__post_init__`` runs on the result, so value checks placed there apply to
     every entry point; a ``ValueError`` it raises becomes a :class:`ConfigError`.
@@ -215,6 +238,8 @@ def load_config(
     if recipe is not None:
         for values, where in _recipe_layers(Path(recipe)):
             config = _merge(config, _layer(values.items(), config, schema, aliases, where, warn), where)
+    for values, where in layers:
+        config = _merge(config, _layer(values.items(), config, schema, aliases, where, warn), where)
     # In the order given: a later override wins, whichever spelling (old flat or dotted) it uses.
     parsed = [_parse_override(item) for item in overrides]
     config = _merge(config, _layer(parsed, config, schema, aliases, "command line", warn), "command line")

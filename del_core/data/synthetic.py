@@ -11,7 +11,7 @@ binary floating-point artefacts). Two problem sets use them:
                         ``data=synthetic:N`` (:func:`make_problems`): the README's numbers were
                         measured on it, so its rows must not change for a given seed.
   :data:`STUDY_SET`     all ten families, 8 items and 10 names, values written without trailing zeros
-                        ("28.2"); the study's rows (:mod:`del_core.study.data`).
+                        ("28.2"); the study's rows (:mod:`del_core.experiments.study.data`).
   :data:`BASIC_SET`     six one-step families within reach of a 135M model (two-digit sums and
                         differences, doubling, small costs, counts left, meters to centimeters with
                         one decimal); ``data=synthetic:basic:N``, the main job's task.

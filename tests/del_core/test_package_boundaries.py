@@ -34,6 +34,8 @@ sys.meta_path.insert(0, Block())
         "del_core.config",
         "del_core.models",
         "del_core.training",
+        "del_core.experiments.study",
+        "del_core.experiments.numeric_bench.protocol",
     ],
 )
 def test_imports_without_deepspeed(module):

@@ -39,7 +39,7 @@ def test_a_bad_key_is_a_one_line_error_before_anything_runs(tmp_path):
     )
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: command line: unknown training key 'optimizer.lrr' (did you mean optimizer.lr,")
+    assert lines[0].startswith("error: command line: unknown key 'optimizer.lrr' (did you mean optimizer.lr,")
     assert not (tmp_path / "study").exists()
 
 

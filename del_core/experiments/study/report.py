@@ -1,10 +1,10 @@
 """The study's report: results.json, results.md (table + verdict computed from the numbers) and
 results.png (matplotlib, Agg). Input: the dict of
-:func:`del_core.study.metrics.collect_results`.
+:func:`del_core.experiments.study.metrics.collect_results`.
 
 Verdicts never come from fixed text: every loss is compared with MLE seed by seed (paired), and
 called better or worse only when the 95% interval of the difference over seeds excludes 0
-(:mod:`del_core.study.comparison`); otherwise "no difference".
+(:mod:`del_core.experiments.comparison`); otherwise "no difference".
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Optional
+
+from del_core.experiments.report import bar_panel, figure, interval_text, markdown_table, plus_minus, save_figure
 
 # (key, column title, scale, digits, higher is better)
 COLUMNS = (
@@ -31,11 +33,8 @@ PAPER_ENTROPY_ORDER = ("ntl_was", "del", "dist2")  # the paper: NTL over-sharpen
 def _cell(stats, scale: float, digits: int) -> str:
     """ "m ± s" of an aggregate dict (or a bare number for the reference); "-" when missing."""
     if isinstance(stats, dict):
-        if stats.get("mean") is None:
-            return "-"
-        text = f"{scale * stats['mean']:.{digits}f}"
-        return text + (f" ± {scale * stats['std']:.{digits}f}" if stats.get("std") is not None else "")
-    return "-" if stats is None else f"{scale * stats:.{digits}f}"
+        return "-" if stats.get("mean") is None else plus_minus(stats["mean"], stats.get("std"), scale, digits)
+    return "-" if stats is None else plus_minus(stats, None, scale, digits)
 
 
 def bench_columns(results: dict) -> tuple:
@@ -60,11 +59,7 @@ VERDICT_WORDS = {"better": "better than MLE", "worse": "worse than MLE", "no dif
 
 def _interval_text(interval: dict, scale: float, digits: int) -> str:
     """ "+1.2 [-0.3, +2.7]" of a difference and its 95% interval ("+1.2 (one value)" without one)."""
-    mean, half = scale * interval["mean"], interval["half_width"]
-    if half is None:
-        return f"{mean:+.{digits}f} (one value)"
-    half *= scale
-    return f"{mean:+.{digits}f} [{mean - half:+.{digits}f}, {mean + half:+.{digits}f}]"
+    return interval_text(interval["mean"], interval["half_width"], scale, digits)
 
 
 def comparison_line(comparison: dict) -> str:
@@ -115,7 +110,7 @@ def _entropy_line(results: dict) -> Optional[str]:
 
 def verdicts(results: dict) -> list[str]:
     """The computed conclusions: every loss vs MLE on each compared metric (paired 95% intervals,
-    :mod:`del_core.study.comparison`), the ranking by the primary metric, and the digit-entropy
+    :mod:`del_core.experiments.comparison`), the ranking by the primary metric, and the digit-entropy
     ordering against the paper's."""
     lines = [comparison_line(c) for c in results.get("comparisons", [])]
     if not lines:
@@ -132,10 +127,7 @@ def comparison_table(results: dict) -> list[str]:
     if not by_loss:
         return []
     metrics = list(METRIC_LABELS)
-    out = [
-        "| loss | " + " | ".join(f"{METRIC_LABELS[m][0]} vs MLE" for m in metrics) + " |",
-        "|---|" + "---|" * len(metrics),
-    ]
+    rows = []
     for loss, per in by_loss.items():
         cells = []
         for metric in metrics:
@@ -149,8 +141,8 @@ def comparison_table(results: dict) -> list[str]:
             if problems is not None and problems["half_width"] is not None:
                 cell += f" (problems ±{scale * problems['half_width']:.{digits}f})"
             cells.append(f"{cell}: {found['verdict']}")
-        out.append(f"| {loss} | " + " | ".join(cells) + " |")
-    return out
+        rows.append([loss, *cells])
+    return markdown_table(["loss", *(f"{METRIC_LABELS[m][0]} vs MLE" for m in metrics)], rows)
 
 
 def markdown(results: dict) -> str:
@@ -163,22 +155,14 @@ def markdown(results: dict) -> str:
         "",
         f"Mean ± sample standard deviation over seeds {seeds} (n per cell: see results.json).",
         "",
-        "| loss | seeds | " + " | ".join(title for _, title, *_ in columns) + " | train s |",
-        "|---|---|" + "---|" * len(columns) + "---|",
     ]
     reference = results.get("reference", {})
-    out.append(
-        "| pretrained (reference) | - | "
-        + " | ".join(_cell(reference.get(key), scale, digits) for key, _, scale, digits, _ in columns)
-        + " | - |"
-    )
+    rows = [["pretrained (reference)", "-", *(_cell(reference.get(key), s, d) for key, _, s, d, _ in columns), "-"]]
     for loss, per in results["losses"].items():
         n = max((s["n"] for s in per.values()), default=0)
-        out.append(
-            f"| {loss} | {n} | "
-            + " | ".join(_cell(per.get(key), scale, digits) for key, _, scale, digits, _ in columns)
-            + f" | {_cell(per.get('train_time_s'), 1, 0)} |"
-        )
+        cells = [_cell(per.get(key), scale, digits) for key, _, scale, digits, _ in columns]
+        rows.append([loss, str(n), *cells, _cell(per.get("train_time_s"), 1, 0)])
+    out += markdown_table(["loss", "seeds", *(title for _, title, *_ in columns), "train s"], rows)
     table = comparison_table(results)
     if table:
         out += ["", "## Each loss vs MLE (paired differences, 95% CI over seeds)", "", *table]
@@ -189,7 +173,7 @@ def markdown(results: dict) -> str:
         "",
         "- TF answer acc. (primary): teacher-forced on the held-out split, the share of problems whose stated "
         "answer (the last number of the reference) is the full-vocabulary argmax at each of its tokens and at "
-        "the token that ends it, given the reference prefix (del_core/evaluation/forced_answers.py).",
+        "the token that ends it, given the reference prefix (del_core/evaluation/teacher_forced.py).",
         "- greedy exact acc.: greedy answers to the first held-out problems of the generated styles, the number "
         'after "The answer is" (else the last number) equal to the gold.',
         "- MAE, log-MAE: over answered held-out problems, mean |p - g| and mean "
@@ -241,23 +225,14 @@ def plot_panels(results: dict) -> list[tuple[str, str, float]]:
 def plot(results: dict, path: Path) -> Path:
     """results.png: the bars of :func:`plot_panels` (mean ± std over seeds, the pretrained model
     as a dashed line), and training CE per step (mean over seeds, ± std band)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     losses = list(results["losses"])
     reference = results.get("reference", {})
-    fig, axes = plt.subplots(2, 3, figsize=(15, 8))
+    fig, axes = figure(2, 3, (15, 8))
     for ax, (key, title, scale) in zip(axes.flat, plot_panels(results)):
         means = [scale * (results["losses"][loss].get(key, {}).get("mean") or 0.0) for loss in losses]
         stds = [scale * (results["losses"][loss].get(key, {}).get("std") or 0.0) for loss in losses]
-        ax.bar(losses, means, yerr=stds, capsize=4, color="tab:blue", alpha=0.8)
-        if reference.get(key) is not None:
-            ax.axhline(scale * reference[key], color="gray", linestyle="--", label="pretrained")
-            ax.legend(fontsize=8)
-        ax.set_title(title, fontsize=10)
-        ax.tick_params(axis="x", labelrotation=30)
+        line = ("pretrained", scale * reference[key]) if reference.get(key) is not None else None
+        bar_panel(ax, losses, means, stds, title, line)
     ax = axes.flat[5]
     for loss, curve in results.get("curves", {}).items():
         if curve["step"]:
@@ -270,11 +245,7 @@ def plot(results: dict, path: Path) -> Path:
     ax.set_xlabel("optimizer step")
     ax.legend(fontsize=8)
     fig.suptitle(f"{results.get('model')}: each loss, same data, budget and seeds {results.get('seeds')}")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path, dpi=100)
 
 
 def write_report(results: dict, root: Path) -> None:

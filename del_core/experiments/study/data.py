@@ -15,7 +15,7 @@ conversation (:func:`del_core.data.rows.is_conversation`), the scorers ``instruc
                The answer is 28.2."
     equation: "12 * 2.35 = 28.2"  (the worked steps alone: the output's last number is the answer,
                computed there, not copied from an earlier step; its teacher-forced accuracy is
-               the answer's, :mod:`del_core.evaluation.forced_answers`)
+               the answer's, :mod:`del_core.evaluation.teacher_forced`)
 
 Every program prints the answer (the tests run them).
 """
@@ -31,7 +31,7 @@ from del_core.data.jsonl import read_jsonl, write_jsonl
 from del_core.data.prompting import alpaca_messages, system_turn
 from del_core.data.synthetic import Problem, ProblemSet, problem_set
 from del_core.evaluation.prompts import PROGRAM_SUFFIX
-from del_core.study.config import StudyConfig, StudyError, StudyPaths
+from del_core.experiments.study.config import StudyConfig, StudyError, StudyPaths
 
 STYLES = ("steps", "program", "equation")
 

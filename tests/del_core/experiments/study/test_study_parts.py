@@ -1,4 +1,4 @@
-"""del_core.study's parts on hand-made numbers: aggregation, curves, held-out scoring, the study's
+"""del_core.experiments.study's parts on hand-made numbers: aggregation, curves, held-out scoring, the study's
 rows and splits, the report's verdicts, the configuration and the reading of typed metrics records."""
 
 from __future__ import annotations
@@ -8,31 +8,35 @@ import io
 import json
 import math
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 import yaml
 
-from del_core.config import split_command_line
+from del_core.config import config_to_dict, split_command_line
 from del_core.data.jsonl import read_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.rows import check_row
 from del_core.data.tokenized import encode
 from del_core.evaluation.config import load_eval_config
 from del_core.evaluation.greedy_answers import score_heldout
-from del_core.study import (
+from del_core.experiments.grid import Unit
+from del_core.experiments.results import UnitResult
+from del_core.experiments.study import (
     StudyError,
     StudyPaths,
+    StudyScores,
     aggregate,
     load_study_config,
     mean_curve,
     run_metrics,
-    train_overrides,
+    train_config,
 )
-from del_core.study.comparison import compare_with_baseline
-from del_core.study.data import make_rows, make_splits, prepare_data
-from del_core.study.metrics import RunResult
-from del_core.study.report import markdown, plot_panels, verdicts
-from del_core.study.runs import benchmark_recipe
+from del_core.experiments.study.data import make_rows, make_splits, prepare_data
+from del_core.experiments.study.metrics import comparisons as compare_with_baseline
+from del_core.experiments.study.report import markdown, plot_panels, verdicts
+from del_core.experiments.study.score_unit import benchmark_config
+from del_core.training.config import TrainConfig
 from del_core.training.records import FinalRecord, TrainRecord, record_to_json
 from helpers.shared import REPO
 
@@ -122,7 +126,8 @@ def test_study_rows_are_the_ones_of_before_the_merge():
 
 
 def _run(value, hits=None):
-    return RunResult({"exact_acc": value, "tf_answer_acc": value}, [], {"tf_answer_acc": hits} if hits else {})
+    scores = StudyScores({"exact_acc": value, "tf_answer_acc": value}, {"tf_answer_acc": hits} if hits else {})
+    return UnitResult(Unit("any", None, 0), {"heldout": scores})
 
 
 def test_a_system_prompt_makes_conversation_rows_with_the_same_targets_and_fewer_tokens(tmp_path, smollm2):
@@ -158,19 +163,19 @@ def test_a_system_prompt_makes_conversation_rows_with_the_same_targets_and_fewer
 
 
 def test_the_benchmarks_are_asked_in_the_trained_prompts_with_the_system_turn(tmp_path):
-    """The study's evaluate.py recipe carries the runs' prompt format and system prompt: an empty
-    system turn survives the YAML file (a command-line value would read as none)."""
+    """The study's typed evaluation carries the runs' prompt format and system prompt (an empty
+    system turn included, which a command-line value would read as none); the YAML record written
+    beside it reads back as the same evaluation."""
     config = load_study_config(CPU_CONFIG, ["benchmarks=gsm8k,svamp", "benchmark_limit=2"])
     out = tmp_path / "unit" / "benchmarks"
-    recipe = benchmark_recipe(config, "smollm2", tmp_path / "bench", out)
-    assert recipe["prompt_format"] == "chat" and recipe["system_prompt"] == ""
-    path = tmp_path / "benchmarks.yaml"
-    path.write_text(yaml.safe_dump(recipe))
-    evaluation = load_eval_config([str(path)])
+    evaluation = benchmark_config(config, "smollm2", tmp_path / "bench", out)
     assert (evaluation.prompt_format, evaluation.system_prompt, evaluation.limit) == ("chat", "", 2)
     assert (evaluation.benchmarks, evaluation.output_dir) == ("gsm8k,svamp", str(out))
+    path = tmp_path / "benchmarks.yaml"
+    path.write_text(yaml.safe_dump(config_to_dict(evaluation)))
+    assert load_eval_config([str(path)]) == evaluation
     plain = load_study_config(CPU_CONFIG, ["system_prompt=", "train.data.prompt_format=alpaca"])
-    assert benchmark_recipe(plain, "smollm2", tmp_path, out)["prompt_format"] == "alpaca"
+    assert benchmark_config(plain, "smollm2", tmp_path, out).prompt_format == "alpaca"
     assert load_eval_config([str(path), "prompt_format=alpaca", "system_prompt="]).system_prompt is None
 
 
@@ -261,11 +266,11 @@ def test_report_states_the_units_time_and_the_invocation_wall_time():
 def test_config_errors_name_the_key(tmp_path):
     with pytest.raises(StudyError, match="unknown key 'stepz'"):
         load_study_config(CPU_CONFIG, ["stepz=3"])
-    with pytest.raises(StudyError, match="'seed' is set by the study"):
+    with pytest.raises(StudyError, match="'run.seed' is set by the study"):
         load_study_config(CPU_CONFIG, ["seed=3"])
     with pytest.raises(StudyError, match="losses: unknown"):
         load_study_config(CPU_CONFIG, ["losses=mle,nope"])
-    with pytest.raises(StudyError, match=r"unknown training key 'run.max_stepz' \(did you mean run.max_steps"):
+    with pytest.raises(StudyError, match=r"command line: unknown key 'run.max_stepz' \(did you mean run.max_steps"):
         load_study_config(CPU_CONFIG, ["train.run.max_stepz=3"])
     with pytest.raises(StudyError, match="'run.output_dir' is set by the study"):
         load_study_config(CPU_CONFIG, ["train={run: {output_dir: x}}"])
@@ -283,12 +288,14 @@ def test_config_errors_name_the_key(tmp_path):
         load_study_config(CPU_CONFIG, ["auto_ratios={dell: 0.1}"])
     config = load_study_config(CPU_CONFIG, ["max_steps=3", "losses=mle,del", "seeds=0,1"])
     assert config.losses == ["mle", "del"] and config.seeds == [0, 1] and config.train["run"]["max_steps"] == 3
-    args = train_overrides(config, "del", 1, tmp_path / "run")
-    assert "run.max_steps=3" in args and "loss=del" in args and "run.seed=1" in args and "data.eval_generate=0" in args
-    assert "loss.weight=auto" in args and "data.eval_size=0" in args  # the study scores the runs itself
-    ntl = train_overrides(load_study_config(CPU_CONFIG), "ntl_mse", 0, tmp_path / "run")
-    assert "loss.weight=auto" in ntl and "loss.auto_ratio=0.18" in ntl
-    assert not [a for a in train_overrides(config, "mle", 0, tmp_path / "run") if a.startswith("loss.auto_ratio")]
+    train = train_config(config, "del", 1, tmp_path / "run")
+    assert (train.run.max_steps, train.loss.name, train.run.seed, train.data.eval_generate) == (3, "del", 1, 0)
+    assert train.loss.weight == "auto" and train.data.eval_size == 0  # the study scores the runs itself
+    assert train.data.source == str(StudyPaths(Path(config.output_root)).train_data)
+    assert (train.run.output_dir, train.run.export) == (str(tmp_path / "run"), True)
+    ntl = train_config(load_study_config(CPU_CONFIG), "ntl_mse", 0, tmp_path / "run")
+    assert ntl.loss.weight == "auto" and ntl.loss.auto_ratio == 0.18
+    assert train_config(config, "mle", 0, tmp_path / "run").loss.auto_ratio == TrainConfig().loss.auto_ratio
 
 
 def test_training_keys_in_every_spelling_reach_the_train_section(tmp_path):
@@ -302,9 +309,10 @@ def test_training_keys_in_every_spelling_reach_the_train_section(tmp_path):
     assert config.train["optimizer"] == {"lr": 1e-4, "warmup_ratio": 0.03, "name": "torch"}
     assert config.train["run"]["log_every"] == 5 and config.train["model"]["cache_dir"] == str(tmp_path)
     assert config.train["model"]["precision"] == "bf16"  # from the YAML's nested train section
-    args = train_overrides(config, "mle", 3, tmp_path / "run")
-    assert "optimizer.lr=0.0001" in args and 'run.report_to=["jsonl", "tensorboard"]' in args
-    assert f"run.output_dir={tmp_path / 'run'}" in args and "loss.weight=" in args
+    train = train_config(config, "mle", 3, tmp_path / "run")
+    assert (train.optimizer.lr, train.optimizer.name) == (1e-4, "torch")
+    assert train.run.report_to == ["jsonl", "tensorboard"]
+    assert train.run.output_dir == str(tmp_path / "run") and train.loss.weight is None
 
 
 def _write_metrics(run_dir, records):
@@ -319,10 +327,11 @@ def test_run_metrics_read_the_typed_records_and_the_heldout_scores(tmp_path):
 
     run_dir = tmp_path / "mle" / "seed0"
     _write_metrics(run_dir, [train(1, 2.5), train(2, 2.2), FinalRecord(2, 4.5, None, None, None)])
-    result = run_metrics(run_dir)
-    assert result.metrics["train_time_s"] == 4.5 and result.metrics["tf_answer_acc"] is None
+    result = run_metrics(run_dir, Unit("mle", None, 0))
+    scores = result.evals["heldout"]
+    assert scores.metrics["train_time_s"] == 4.5 and scores.metrics["tf_answer_acc"] is None and result.wall_s == 4.5
     assert [p["step"] for p in result.curve] == [1, 2] and result.curve[1]["ce"] == 2.2
-    assert result.metrics["exact_acc"] is None and result.hits == {}  # no held-out scores written
+    assert scores.metrics["exact_acc"] is None and scores.hits == {}  # no held-out scores written
 
     heldout = run_dir / "heldout"
     heldout.mkdir()
@@ -330,10 +339,10 @@ def test_run_metrics_read_the_typed_records_and_the_heldout_scores(tmp_path):
     (heldout / "summary.json").write_text(json.dumps({"exact_acc": 1.0, "n": 1, "teacher_forced": forced}))
     (heldout / "teacher_forced.jsonl").write_text('{"index": 0, "correct": true}\n{"index": 1, "correct": false}\n')
     (heldout / "predictions.jsonl").write_text('{"index": 0, "correct": true}\n')
-    result = run_metrics(run_dir)
-    assert result.metrics["tf_answer_acc"] == 0.5 and result.metrics["tf_ce"] == 0.7
-    assert result.metrics["tf_digit_entropy"] == 0.3 and result.metrics["tf_number_acc"] == 0.6
-    assert result.hits == {"tf_answer_acc": [True, False], "exact_acc": [True]}
+    scores = run_metrics(run_dir, Unit("mle", None, 0)).evals["heldout"]
+    assert scores.metrics["tf_answer_acc"] == 0.5 and scores.metrics["tf_ce"] == 0.7
+    assert scores.metrics["tf_digit_entropy"] == 0.3 and scores.metrics["tf_number_acc"] == 0.6
+    assert scores.hits == {"tf_answer_acc": [True, False], "exact_acc": [True]}
 
 
 def test_the_plot_leads_with_the_primary_metric_and_shows_benchmarks_only_when_they_ran():
@@ -342,3 +351,29 @@ def test_the_plot_leads_with_the_primary_metric_and_shows_benchmarks_only_when_t
     assert keys == ["tf_answer_acc", "exact_acc", "log_mae", "tf_digit_entropy", "tf_number_acc"]
     with_benchmarks = {"losses": {"mle": {"bench_macc": {"mean": 0.25}}, "del": {}}}
     assert [key for key, _, _ in plot_panels(with_benchmarks)][-1] == "bench_macc"
+
+
+def test_the_old_import_path_still_works_with_a_future_warning():
+    import importlib
+    import sys
+
+    import del_core.experiments.study as study
+
+    sys.modules.pop("del_core.study", None)
+    with pytest.warns(FutureWarning, match="del_core.study is renamed del_core.experiments.study"):
+        old = importlib.import_module("del_core.study")
+    assert old.main is study.main and old.load_study_config is study.load_study_config
+
+
+def test_a_study_root_resumes_with_more_seeds_and_refuses_another_training_setup(tmp_path):
+    from del_core.config import ConfigError
+    from del_core.experiments.study.pipeline import check_resume
+
+    def claim(*overrides):
+        config = load_study_config(CPU_CONFIG, [f"output_root={tmp_path / 'study'}", *overrides])
+        check_resume(config, StudyPaths(Path(config.output_root)))
+
+    claim("seeds=0", "max_steps=2")
+    claim("seeds=0,1", "max_steps=2", "threads=1")  # resumable: more seeds, fewer threads
+    with pytest.raises(ConfigError, match=r"other values of \['train'\] .*'max_steps': 2.*'max_steps': 3"):
+        claim("seeds=0,1", "max_steps=3")

@@ -1,34 +1,30 @@
-"""The study's configuration: :class:`StudyConfig` (a structured config of
-:mod:`del_core.config`), its output layout :class:`StudyPaths`, and the training command line of
-each run (:func:`train_overrides`), validated before anything runs.
+"""The study's configuration: :class:`StudyConfig` (a structured config of :mod:`del_core.config`),
+its output layout :class:`StudyPaths`, and the training configuration of each run
+(:func:`train_config`, a :class:`~del_core.training.config.TrainConfig`), validated before anything runs.
 
     config = load_study_config("recipes/configs/study-cpu.yaml", ["losses=mle,del", "max_steps=2"])
 
 Overrides are ``key=value``: a key of :class:`StudyConfig` sets the study; a training key
-(``run.max_steps``, ``optimizer.lr``, or the old flat ``max_steps``, ``lr``; also ``train.<key>``
-or ``train={run: {max_steps: 2}}``) goes to the ``train`` section, shared by every run.
+(``run.max_steps``, ``optimizer.lr``, or the short flat ``max_steps``, ``lr``; also ``train.<key>``
+or ``train={run: {max_steps: 2}}``) goes to the ``train`` section, shared by every run. The
+training keys are read by the training configuration's own loader (:func:`del_core.config.placed_keys`
+with :data:`~del_core.training.config.TRAIN_ALIASES`): an unknown one is named with the closest known keys.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
-from del_core.config import ConfigError, config_to_dict, load_config
+import yaml
+
+from del_core.config import ConfigError, config_to_dict, load_config, placed_keys
 from del_core.losses import LOSS_NAMES
 from del_core.models.sources import ModelSourceError, check_model_source
-from del_core.study.training_keys import (
-    TrainItem,
-    flatten,
-    is_training_key,
-    items_of_mapping,
-    items_of_override,
-    nest,
-    override_text,
-)
 from del_core.training.config import TRAIN_ALIASES, TrainConfig
 
 STUDY_LOSSES = ("mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del")
@@ -51,7 +47,7 @@ class StudyConfig:
     # loss -> lambda, or "auto" (lambda from the first batch, docs/lambda.md); absent = the loss's default
     loss_weights: dict[str, Any] = field(default_factory=dict)
     auto_ratios: dict[str, float] = field(default_factory=dict)  # loss -> loss.auto_ratio of its "auto"
-    # data (del_core.study.data)
+    # data (del_core.experiments.study.data)
     problem_set: str = "study"  # a problem set of del_core.data.synthetic (study, basic, training)
     solution_style: str = "steps"  # rows not written as programs: steps, or equation (the steps alone)
     data_seed: int = 1234
@@ -65,12 +61,12 @@ class StudyConfig:
     # system turn (SmolLM2's is 16 tokens)
     system_prompt: Optional[str] = None
     heldout_max_new_tokens: int = 40
-    # benchmarks (recipes/evaluate.py)
+    # benchmarks (del_core.evaluation.runner, what recipes/evaluate.py runs)
     benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "svamp"])  # empty: none
     benchmark_limit: int = 4  # the first N questions of each benchmark
     benchmark_max_new_tokens: int = 128
     benchmark_dir: Optional[str] = None  # default $DEL_BENCHMARK_DIR
-    eval_backend: str = "hf"  # hf, vllm or auto (recipes/evaluate.py --backend)
+    eval_backend: str = "hf"  # hf, vllm or auto (EvalConfig.backend)
     eval_batch_size: int = 8
     # machine
     threads: int = 2  # OMP threads of training and torch threads of evaluation (CPU)
@@ -160,32 +156,58 @@ class StudyPaths:
         return self.root / loss / f"seed{seed}"
 
 
-def train_overrides(config: StudyConfig, loss: str, seed: int, run_dir: Path) -> list[str]:
-    """train.py's ``key=value`` arguments (canonical dotted keys) for one (loss, seed) run: the
-    ``train`` section, then the keys the study owns."""
-    paths = StudyPaths(Path(config.output_root))
-    values = {
-        **flatten(config.train),
-        "model": config.model,
-        "loss": loss,
-        "loss.weight": config.loss_weights.get(loss),
-        **({"loss.auto_ratio": config.auto_ratios[loss]} if loss in config.auto_ratios else {}),
-        "run.seed": seed,
-        "data": paths.train_data,
-        # the study scores every run itself (del_core.study.runs.evaluate_heldout), the reference too
-        "data.eval_size": 0,
-        "data.eval_generate": 0,
-        "run.output_dir": run_dir,
-        "run.export": True,
-    }
-    return [f"{key}={override_text(value)}" for key, value in values.items()]
+# Training keys the study sets for every run itself (from model, losses, seeds, loss_weights and its data).
+STUDY_OWNED_KEYS = (
+    "model.name",
+    "loss.name",
+    "loss.weight",
+    "loss.auto_ratio",
+    "run.seed",
+    "data.source",
+    "data.eval_source",
+    "data.eval_size",
+    "data.eval_generate",
+    "run.output_dir",
+    "run.export",
+    "run.resume",
+)
+_TRAIN_SECTIONS = tuple(f.name for f in fields(TrainConfig))
 
 
-def _split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[TrainItem]]:
-    """(study overrides, training items) of command-line ``key=value`` overrides; a list-valued study
-    key given one value (``seeds=0``) or ``none`` is written as a YAML list for the loader."""
+def shared_train_config(config: StudyConfig) -> TrainConfig:
+    """The training configuration every run shares: the defaults with the study's ``train`` section."""
+    return load_config(TrainConfig, layers=[(config.train, "train")], aliases=TRAIN_ALIASES)
+
+
+def train_config(config: StudyConfig, loss: str, seed: int, run_dir: Path) -> TrainConfig:
+    """The training configuration of one (loss, seed) run into ``run_dir``: the shared one
+    (:func:`shared_train_config`) with the keys the study owns. The study scores every run itself
+    (:mod:`del_core.experiments.study.score_unit`), so the trainer's held-out evaluation is off."""
+    shared = shared_train_config(config)
+    weight = {"weight": config.loss_weights.get(loss)}
+    if loss in config.auto_ratios:
+        weight["auto_ratio"] = config.auto_ratios[loss]
+    train_data = str(StudyPaths(Path(config.output_root)).train_data)
+    return dataclasses.replace(
+        shared,
+        model=dataclasses.replace(shared.model, name=config.model),
+        loss=dataclasses.replace(shared.loss, name=loss, **weight),
+        data=dataclasses.replace(shared.data, source=train_data, eval_size=0, eval_generate=0),
+        run=dataclasses.replace(shared.run, seed=seed, output_dir=str(run_dir), export=True),
+    )
+
+
+def _is_training_key(key: str) -> bool:
+    return key in TRAIN_ALIASES.deprecated or key.split(".")[0] in ("train", *_TRAIN_SECTIONS)
+
+
+def _split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str], list[dict]]:
+    """(study overrides, training overrides, the mappings of ``train={...}``) of command-line
+    ``key=value`` overrides; a list-valued study key given one value (``seeds=0``) or ``none`` is
+    written as a YAML list for the loader."""
     study: list[str] = []
-    train: list[TrainItem] = []
+    train: list[str] = []
+    mappings: list[dict] = []
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip().lstrip("-").replace("-", "_")
@@ -195,38 +217,65 @@ def _split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[TrainIte
             if key in _LIST_KEYS and not text.strip().startswith("["):
                 text = "[]" if text.strip() in ("", "none") else f"[{text}]"
             study.append(f"{key}={text}")
-        elif key == "train" or key.startswith("train.") or is_training_key(key):
-            train += items_of_override(key, text)
+        elif key == "train":
+            mapping = yaml.safe_load(text) if text.strip() else {}
+            if not isinstance(mapping, dict):
+                raise ConfigError(f"command line: train must be a mapping of training keys, got {text!r}")
+            mappings.append(mapping)
+        elif _is_training_key(key):
+            train.append(f"{key.removeprefix('train.')}={text}")
         else:
             study.append(f"{key}={text}")  # the loader names the unknown key and close study keys
-    return study, train
+    return study, train, mappings
 
 
-def _typed_train_section(config: StudyConfig, sources: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """``config.train`` with its values typed by the training schema, after building every loss's
-    full training configuration (:class:`~del_core.training.config.TrainConfig`) from its
-    :func:`train_overrides`; a :class:`ConfigError` names the key, the loss and ``sources`` (where
-    the train keys were written).
+def _merged(layers: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``{section: {key: value}}`` of placed layers, a later layer's key replacing an earlier one's."""
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        for section, values in layer.items():
+            merged.setdefault(section, {}).update(values)
+    return merged
 
-    The data files are the study's own (written by its data step, after this check), so of the
-    sources only the models are checked here; ``load_train_config`` would require the files too."""
-    typed: dict[str, Any] = {}
+
+def _train_section(
+    config: StudyConfig, recipe: Optional[str | Path], overrides: Sequence[str], mappings: Sequence[dict]
+) -> dict[str, dict[str, Any]]:
+    """The study's ``train`` section from the recipe's ``train:`` mapping, then the command line's,
+    every key at its dotted place and typed by the training schema (old flat keys in the recipe
+    warn; on the command line they are the study's documented short forms). A key the study owns
+    is refused."""
+    where = f"{recipe}: train" if recipe is not None else "train"
+    placed = [(placed_keys(TrainConfig, config.train, aliases=TRAIN_ALIASES, where=where), where)]
+    quiet: dict[str, Any] = {"aliases": TRAIN_ALIASES, "warn": lambda text: None}
+    placed += [(placed_keys(TrainConfig, mapping, **quiet), "command line") for mapping in mappings]
+    placed.append((placed_keys(TrainConfig, None, overrides, **quiet), "command line"))
+    merged = _merged([layer for layer, _ in placed])
+    owned = sorted(f"{s}.{k}" for s, values in merged.items() for k in values if f"{s}.{k}" in STUDY_OWNED_KEYS)
+    if owned:
+        raise ConfigError(
+            f"{owned[0]!r} is set by the study for each run; use the study keys "
+            "(model, losses, seeds, loss_weights, auto_ratios, heldout_size)"
+        )
+    typed = config_to_dict(load_config(TrainConfig, layers=placed, aliases=TRAIN_ALIASES))
+    return {section: {name: typed[section][name] for name in values} for section, values in merged.items()}
+
+
+def _check_runs(config: StudyConfig) -> None:
+    """Every loss's full training configuration builds (its lambda, auto ratio...) and the model
+    and tokenizer sources name something loadable. The data files are the study's own, written
+    by its data step after this check, so they are checked when a run starts."""
     for loss in config.losses:
-        args = train_overrides(config, loss, config.seeds[0], Path(config.output_root) / loss / "check")
         try:
-            typed = config_to_dict(load_config(TrainConfig, None, args, aliases=TRAIN_ALIASES))
-        except ConfigError as err:
-            raise ConfigError(
-                f"the training configuration of loss {loss} (train keys from "
-                f"{', '.join(sources) or 'nowhere'}): {str(err).removeprefix('command line: ')}"
-            ) from None
+            train = train_config(config, loss, config.seeds[0], Path(config.output_root) / loss / "check")
+        except ValueError as err:  # ConfigError included
+            raise ConfigError(f"the training configuration of loss {loss}: {err}") from None
     try:
         check_model_source(config.model, "model")
-        if typed["model"]["tokenizer"]:
-            check_model_source(typed["model"]["tokenizer"], "train.model.tokenizer")
+        if train.model.tokenizer:
+            check_model_source(train.model.tokenizer, "train.model.tokenizer")
     except ModelSourceError as err:
         raise ConfigError(str(err)) from None
-    return {section: {name: typed[section][name] for name in values} for section, values in config.train.items()}
 
 
 def load_study_config(recipe: Optional[str | Path] = None, overrides: Sequence[str] = ()) -> StudyConfig:
@@ -234,15 +283,13 @@ def load_study_config(recipe: Optional[str | Path] = None, overrides: Sequence[s
     validated, with every run's training configuration built once; :class:`StudyError` names the
     bad key and where it was written."""
     try:
-        study_overrides, cli_items = _split_overrides(overrides)
+        study_overrides, train_overrides, train_mappings = _split_overrides(overrides)
         config = load_config(StudyConfig, recipe, study_overrides)
-        where = f"{recipe}: train" if recipe is not None else "train"
-        items = items_of_mapping(config.train, where) + cli_items
-        config.train = nest(items)
-        config.train = _typed_train_section(config, sorted({item.where for item in items}))
+        config.train = _train_section(config, recipe, train_overrides, train_mappings)
         if config.system_prompt is not None and config.train.get("data", {}).get("prompt_format") != "chat":
             raise ConfigError("system_prompt needs train.data.prompt_format=chat (an Alpaca prompt has no system turn)")
+        _check_runs(config)
     except ConfigError as err:
         raise StudyError(str(err)) from None
-    config.output_root = str(Path(config.output_root).resolve())  # train.py runs with the repository as cwd
+    config.output_root = str(Path(config.output_root).resolve())  # the runs' paths do not depend on the cwd
     return config

@@ -1,16 +1,18 @@
 """The study from start to end, resumable: data, the reference, every (loss, seed) run, the report.
 
-Steps (in this order; each is skipped when its outputs exist, so an interrupted study continues):
-  data       OUTPUT_ROOT/data/{train,heldout}.jsonl (:mod:`del_core.study.data`)
+The output root is claimed first (:func:`del_core.experiments.output_root.claim`: a study with
+other result-changing settings there is refused). Steps (in this order; each is skipped when its
+done markers exist, so an interrupted study continues):
+  data       OUTPUT_ROOT/data/{train,heldout}.jsonl (:mod:`del_core.experiments.study.data`)
   reference  the starting model evaluated like the runs: OUTPUT_ROOT/pretrained/{heldout,benchmarks}/
-  runs       seed by seed, every loss: train.py into OUTPUT_ROOT/<loss>/seed<k>/, then its held-out
-             answers and benchmarks (:mod:`del_core.study.runs`)
-  report     OUTPUT_ROOT/results.json, results.md, results.png (:mod:`del_core.study.report`)
+  runs       the seed-major grid of (loss, seed) units (:mod:`del_core.experiments.grid`): each
+             trained into OUTPUT_ROOT/<loss>/seed<k>/ (:mod:`del_core.experiments.study.train_unit`),
+             then scored (:mod:`del_core.experiments.study.score_unit`)
+  report     OUTPUT_ROOT/results.json, results.md, results.png (:mod:`del_core.experiments.study.report`)
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -22,59 +24,45 @@ import yaml
 
 from del_core.config import ConfigError, config_to_dict, split_command_line
 from del_core.data.jsonl import JsonlAppender, read_jsonl
-from del_core.study.config import RESUMABLE_KEYS, StudyConfig, StudyError, StudyPaths, load_study_config
-from del_core.study.data import HeldoutRows, heldout_rows, prepare_data
-from del_core.study.metrics import collect_results
-from del_core.study.report import write_report
-from del_core.study.runs import (
+from del_core.experiments import output_root
+from del_core.experiments.grid import Unit, seed_major_grid
+from del_core.experiments.output_root import read_marker
+from del_core.experiments.study.config import RESUMABLE_KEYS, StudyConfig, StudyError, StudyPaths, load_study_config
+from del_core.experiments.study.data import HeldoutRows, heldout_rows, prepare_data
+from del_core.experiments.study.metrics import collect_results
+from del_core.experiments.study.report import write_report
+from del_core.experiments.study.score_unit import (
     benchmark_dir,
     drop_weights,
     evaluate_benchmarks,
     evaluate_heldout,
     evaluation_done,
-    train_run,
-    training_done,
 )
+from del_core.experiments.study.train_unit import train_run, training_done
 
 Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class Unit:
-    """One step of the study: the reference evaluation (no loss, no seed) or one (loss, seed) run."""
+class Step:
+    """One step of the study: the reference evaluation (``unit`` None) or one (loss, seed) unit."""
 
     name: str
     directory: Path
-    loss: Optional[str] = None
-    seed: Optional[int] = None
+    unit: Optional[Unit] = None
 
 
-def plan_units(config: StudyConfig, paths: StudyPaths) -> list[Unit]:
-    """The reference first, then seed by seed every loss (an interrupted study has whole seeds)."""
-    units = [Unit("pretrained", paths.pretrained)]
-    for seed in config.seeds:
-        units += [Unit(f"{loss} seed {seed}", paths.run_dir(loss, seed), loss, seed) for loss in config.losses]
-    return units
+def plan_steps(config: StudyConfig, paths: StudyPaths) -> list[Step]:
+    """The reference first, then the seed-major grid of units (an interrupted study has whole seeds)."""
+    units = seed_major_grid(config.losses, config.seeds, config.loss_weights.get)
+    runs = [Step(f"{u.loss} seed {u.seed}", paths.run_dir(u.loss, u.seed), u) for u in units]
+    return [Step("pretrained", paths.pretrained), *runs]
 
 
 def check_resume(config: StudyConfig, paths: StudyPaths) -> None:
-    """Write ROOT/study_config.json on first use; later, refuse a config that would change results
-    (anything but RESUMABLE_KEYS) so one table never mixes two set-ups."""
-    path = paths.root / "study_config.json"
-    current = config_to_dict(config)
-    if path.is_file():
-        saved = json.loads(path.read_text())
-        changed = sorted(
-            k for k in set(saved) | set(current) if k not in RESUMABLE_KEYS and saved.get(k) != current.get(k)
-        )
-        if changed:
-            detail = "; ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in changed)
-            raise StudyError(
-                f"{paths.root} was started with another configuration ({detail}); use another "
-                f"--output_root or delete {paths.root}"
-            )
-    paths.root.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(current, indent=2) + "\n")
+    """Claim the output root (ROOT/experiment.json): a configuration that would change results
+    (anything but RESUMABLE_KEYS) is refused, so one table never mixes two set-ups."""
+    output_root.claim(paths.root, config_to_dict(config), RESUMABLE_KEYS, "a study")
 
 
 def clock(seconds: float) -> str:
@@ -85,64 +73,64 @@ def clock(seconds: float) -> str:
     )
 
 
-def _train_unit(config: StudyConfig, unit: Unit, log: Log) -> bool:
+def _train_unit(config: StudyConfig, step: Step, log: Log) -> bool:
     """Train a run unless its training finished before; True when it trained."""
-    if training_done(unit.directory):
-        log(f"[study]   training skipped: {unit.directory}/metrics.jsonl has its final record")
+    if training_done(step.directory):
+        log(f"[study]   training skipped: {step.directory}/metrics.jsonl has its final record")
         return False
     started = time.time()
-    train_run(config, unit.loss, unit.seed, unit.directory)
+    train_run(config, step.unit.loss, step.unit.seed, step.directory)
     log(f"[study]   trained in {clock(time.time() - started)}")
     return True
 
 
-def run_unit(config: StudyConfig, unit: Unit, rows: HeldoutRows, data_dir: Optional[Path], log: Log) -> bool:
-    """Train (runs only) and evaluate one unit, skipping what is done; True when anything ran."""
-    did = unit.loss is not None and _train_unit(config, unit, log)
-    model = str(unit.directory) if unit.loss is not None else config.model
+def run_step(config: StudyConfig, step: Step, rows: HeldoutRows, data_dir: Optional[Path], log: Log) -> bool:
+    """Train (runs only) and evaluate one step, skipping what is done; True when anything ran."""
+    did = step.unit is not None and _train_unit(config, step, log)
+    model = str(step.directory) if step.unit is not None else config.model
     with_benchmarks = data_dir is not None
-    if evaluation_done(unit.directory, with_benchmarks):
+    if evaluation_done(step.directory, with_benchmarks):
         log("[study]   evaluation skipped: summaries exist")
         return did
-    if not (unit.directory / "heldout" / "summary.json").is_file():
+    if read_marker(step.directory / "heldout" / "summary.json") is None:
         started = time.time()
-        evaluate_heldout(config, model, rows.forced, rows.greedy, unit.directory / "heldout")
+        evaluate_heldout(config, model, rows.forced, rows.greedy, step.directory / "heldout")
         log(
             f"[study]   held-out: {len(rows.forced)} answers teacher-forced, {len(rows.greedy)} greedy in "
             f"{clock(time.time() - started)}"
         )
-    if with_benchmarks and not (unit.directory / "benchmarks" / "summary.json").is_file():
+    if with_benchmarks and read_marker(step.directory / "benchmarks" / "summary.json") is None:
         started = time.time()
-        evaluate_benchmarks(config, model, data_dir, unit.directory / "benchmarks")
+        evaluate_benchmarks(config, model, data_dir, step.directory / "benchmarks")
         log(
             f"[study]   {', '.join(config.benchmarks)} ({config.benchmark_limit} each) in "
             f"{clock(time.time() - started)}"
         )
-    if unit.loss is not None and not config.keep_weights:
-        drop_weights(unit.directory)
+    if step.unit is not None and not config.keep_weights:
+        drop_weights(step.directory)
     return True
 
 
 def _run_units(config: StudyConfig, paths: StudyPaths, log: Log) -> None:
-    """Every unit in order, with elapsed time and an ETA from the units that ran (not skipped)."""
+    """Every step in order, with elapsed time and an ETA from the steps that ran (not skipped)."""
     started = time.time()
     prepare_data(config, paths)
     rows = heldout_rows(config, paths.heldout_data)
     data_dir = benchmark_dir(config)
-    units = plan_units(config, paths)
+    steps = plan_steps(config, paths)
     durations: list[float] = []
     timings = JsonlAppender(paths.root / "timings.jsonl")
     try:
-        for number, unit in enumerate(units, start=1):
-            remaining = len(units) - number + 1
+        for number, step in enumerate(steps, start=1):
+            remaining = len(steps) - number + 1
             eta = f", ETA {clock(sum(durations) / len(durations) * remaining)}" if durations else ""
-            log(f"[study] {number}/{len(units)} {unit.name}: elapsed {clock(time.time() - started)}{eta}")
+            log(f"[study] {number}/{len(steps)} {step.name}: elapsed {clock(time.time() - started)}{eta}")
             unit_started = time.time()
-            if run_unit(config, unit, rows, data_dir, log):
+            if run_step(config, step, rows, data_dir, log):
                 durations.append(time.time() - unit_started)
-                timings.append({"unit": unit.name, "seconds": round(durations[-1], 1)})
+                timings.append({"unit": step.name, "seconds": round(durations[-1], 1)})
             else:
-                log(f"[study]   skipped {unit.name}: done before")
+                log(f"[study]   skipped {step.name}: done before")
     finally:
         timings.close()
 
@@ -155,7 +143,7 @@ def _read_timings(paths: StudyPaths) -> dict[str, float]:
 
 def run_study(config: StudyConfig, report_only: bool = False, log: Log = print) -> dict:
     """Run (or continue) the whole study, then write the report; returns the results
-    (:func:`del_core.study.metrics.collect_results` plus ``wall_time_s`` and ``unit_times_s``)."""
+    (:func:`del_core.experiments.study.metrics.collect_results` plus ``wall_time_s`` and ``unit_times_s``)."""
     paths = StudyPaths(Path(config.output_root))
     started = time.time()
     if not report_only:
