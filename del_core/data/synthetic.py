@@ -38,7 +38,7 @@ NAMES = ("Ava", "Ben", "Chloe", "Dev", "Mia", "Omar", "Lena", "Tariq", "Sofia", 
 class Problem:
     """The project's one generated problem: the question, its exact answer, and optionally its worked
     steps, an equivalent program and the name of the family that drew it. The word problems here
-    fill every field; the numeric benchmark's problems (:mod:`del_core.arithmetic.tasks`) are a bare
+    fill every field; the numeric benchmark's problems (:mod:`del_core.experiments.numeric_bench.tasks`) are a bare
     ``question`` ("482+37=") with its ``answer`` and ``family``. Write the answer as text with
     :func:`answer_text` (the training set writes computed decimals its own way: :data:`TRAINING_SET`)."""
 

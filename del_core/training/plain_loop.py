@@ -1,7 +1,7 @@
 """The plain-PyTorch training loop: one process, no DeepSpeed, for small models on one device.
 
 The project has two training loops: the DeepSpeed :class:`~del_core.training.Trainer` for real
-fine-tuning, and this one, shared by the numeric benchmark (:mod:`del_core.arithmetic.runs`:
+fine-tuning, and this one, shared by the numeric benchmark (:mod:`del_core.experiments.numeric_bench.run_unit`:
 hundreds of runs of a few-hundred-thousand-parameter model, where an engine's start-up alone would
 dominate) and the loss demo (:mod:`del_core.demo.loss_demo`: a few CPU steps of a 135M model).
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from del_core.arithmetic.tasks import TASKS
 from del_core.config import ConfigError, load_config
+from del_core.experiments.numeric_bench.tasks import TASKS
 from del_core.losses import LOSS_NAMES
 
 # lambda grids of three values x4 apart, centred on what validation chose from each loss's default

@@ -21,10 +21,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from del_core.arithmetic.runs import RunResult, load_result, run_one, save_result
 from del_core.experiments import output_root
 from del_core.experiments.grid import Unit, seed_major_grid
 from del_core.experiments.numeric_bench.config import RESUMABLE_KEYS, NumericBenchConfig
+from del_core.experiments.numeric_bench.run_unit import RunResult, load_result, run_one, save_result
 
 
 def selection_specs(config: NumericBenchConfig) -> list[Unit]:

@@ -13,12 +13,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from del_core.arithmetic.runs import RunResult
-from del_core.arithmetic.tasks import make_split
 from del_core.evaluation.confidence import Interval, seeds_for_half_width, t_interval
 from del_core.experiments.comparison import compare
 from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.numeric_bench.protocol import BenchOutcome
+from del_core.experiments.numeric_bench.run_unit import RunResult
+from del_core.experiments.numeric_bench.tasks import make_split
 from del_core.experiments.report import bar_panel, figure, markdown_table, plus_minus, save_figure
 
 # (key of EvalResult, label, scale for printing, higher is better)

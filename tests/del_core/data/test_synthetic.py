@@ -143,7 +143,7 @@ def test_answer_text_is_the_one_way_to_write_an_answer(value, text):
 
 
 def test_the_benchmark_and_the_word_problems_share_one_problem_type():
-    from del_core.arithmetic import tasks
+    from del_core.experiments.numeric_bench import tasks
 
     assert tasks.Problem is synthetic.Problem and tasks.answer_text is synthetic.answer_text
     family, problem = synthetic.STUDY_SET.draw(random.Random(0))

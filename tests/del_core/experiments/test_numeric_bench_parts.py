@@ -10,13 +10,13 @@ from dataclasses import asdict
 
 import pytest
 
-from del_core.arithmetic.runs import RunResult, RunSpec
-from del_core.arithmetic.scoring import EvalResult
-from del_core.arithmetic.tasks import make_split
 from del_core.evaluation.confidence import paired_difference
 from del_core.experiments.numeric_bench.config import NumericBenchConfig, load_numeric_bench_config
 from del_core.experiments.numeric_bench.protocol import choose_lambdas, final_specs, selection_specs
 from del_core.experiments.numeric_bench.report import task_by_seed, task_table
+from del_core.experiments.numeric_bench.run_unit import RunResult, RunSpec
+from del_core.experiments.numeric_bench.score_unit import EvalResult
+from del_core.experiments.numeric_bench.tasks import make_split
 from helpers.shared import REPO
 
 
@@ -80,16 +80,20 @@ def test_the_old_names_still_work_with_a_future_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert config.NumericBenchConfig is NumericBenchConfig
-    for module in ("config", "protocol", "report"):  # the modules' old paths
+    renamed = {"runs": "run_unit", "scoring": "score_unit", "tasks": "tasks", "tokenizer": "char_tokenizer"}
+    for module in ("config", "protocol", "report", *renamed):  # the modules' old paths
         sys.modules.pop(f"del_core.arithmetic.{module}", None)
-        with pytest.warns(FutureWarning, match=f"arithmetic.{module} is renamed del_core.experiments.numeric_bench"):
+        new = f"del_core.experiments.numeric_bench.{renamed.get(module, module)}"
+        with pytest.warns(FutureWarning, match=f"arithmetic.{module} is renamed {new}"):
             importlib.import_module(f"del_core.arithmetic.{module}")
     from del_core.arithmetic.config import BenchConfig, load_bench_config
     from del_core.arithmetic.protocol import run_benchmark
-    from del_core.experiments.numeric_bench import protocol
+    from del_core.arithmetic.runs import run_one
+    from del_core.experiments.numeric_bench import protocol, run_unit
 
     assert (BenchConfig, load_bench_config) == (NumericBenchConfig, load_numeric_bench_config)
     assert run_benchmark is protocol.run_benchmark
+    assert run_one is run_unit.run_one
 
 
 def _test_run(loss, seed, correct) -> RunResult:
@@ -133,7 +137,7 @@ def test_the_task_table_names_each_tasks_share_of_the_test_split():
 
 
 def test_a_run_result_is_its_done_marker_and_a_torn_one_runs_again(tmp_path):
-    from del_core.arithmetic.runs import load_result, result_path, save_result
+    from del_core.experiments.numeric_bench.run_unit import load_result, result_path, save_result
 
     result = _test_run("del", 3, [1, 0, 1])
     path = save_result(tmp_path, result)

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from del_core import DigitVocab, build_loss
-from del_core.arithmetic.tokenizer import build_tokenizer, encode_examples
 from del_core.data.synthetic import Problem
 from del_core.data.tokenized import TokenBatch, collate
+from del_core.experiments.numeric_bench.char_tokenizer import build_tokenizer, encode_examples
 from del_core.training import plain_loop
 from del_core.training.plain_loop import PlainLoopConfig, StepRecord, learning_rate, make_loss
 

@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from del_core import DigitVocab
-from del_core.arithmetic.runs import training_examples
-from del_core.arithmetic.scoring import score_answers
-from del_core.arithmetic.tasks import TASKS, make_split
-from del_core.arithmetic.tokenizer import build_tokenizer, encode_batch
 from del_core.data.synthetic import Problem, answer_text
 from del_core.data.tokenized import collate
 from del_core.evaluation.confidence import paired_difference, seeds_for_half_width, t_interval, verdict
+from del_core.experiments.numeric_bench.char_tokenizer import build_tokenizer, encode_batch
 from del_core.experiments.numeric_bench.config import NumericBenchConfig as BenchConfig
+from del_core.experiments.numeric_bench.run_unit import training_examples
+from del_core.experiments.numeric_bench.score_unit import score_answers
+from del_core.experiments.numeric_bench.tasks import TASKS, make_split
 
 SCALE = {"km": 3, "m": 0, "cm": -2, "mm": -3, "kg": 3, "g": 0}
 
@@ -137,7 +137,7 @@ def test_seeds_for_half_width_by_hand():
 
 
 def test_benchmark_training_is_the_plain_loop_with_its_own_hyperparameters():
-    from del_core.arithmetic.runs import loop_config
+    from del_core.experiments.numeric_bench.run_unit import loop_config
 
     config = BenchConfig(steps=60, warmup_steps=10, log_every=20)
     loop = loop_config(config)
@@ -149,8 +149,8 @@ def test_teacher_forced_scores_are_the_shared_definitions_on_the_gold_answers():
     """The benchmark's teacher-forced CE, digit entropy and accuracy equal the MLE loss's own
     per-batch means on one batch holding every problem (up to float32 rounding of those means)."""
     from del_core import build_loss
-    from del_core.arithmetic.runs import build_model
-    from del_core.arithmetic.scoring import teacher_forced
+    from del_core.experiments.numeric_bench.run_unit import build_model
+    from del_core.experiments.numeric_bench.score_unit import teacher_forced
 
     tokenizer = build_tokenizer()
     vocab = DigitVocab.from_tokenizer(tokenizer)
