@@ -124,9 +124,11 @@ def manifest(checkpoint_dir: Path) -> dict[str, dict[str, Union[int, str]]]:
     return {str(p.relative_to(checkpoint_dir)): {"size": p.stat().st_size, "crc32": crc32_of(p)} for p in files}
 
 
-def verify(checkpoint_dir: Path, state: dict) -> Optional[str]:
+def verify(checkpoint_dir: Path, state: dict, share: tuple[int, int] = (0, 1)) -> Optional[str]:
     """None when every file of the marker's manifest is there with its size and checksum; else
-    what is wrong, naming the file. Markers without a manifest are not verified (None)."""
+    what is wrong, naming the file. Markers without a manifest are not verified (None).
+    ``share`` = (rank, ranks): every rank checks all sizes but reads and checksums only every
+    ranks-th file from its rank on, so that the ranks of a job verify a checkpoint together."""
     files = state.get("files")
     if files is None:
         return None
@@ -137,7 +139,8 @@ def verify(checkpoint_dir: Path, state: dict) -> Optional[str]:
         size = path.stat().st_size
         if size != expected["size"]:
             return f"{path} has {size} bytes, the manifest says {expected['size']}"
-    for name, expected in files.items():
+    rank, ranks = share
+    for name, expected in list(files.items())[rank::ranks]:
         found = crc32_of(checkpoint_dir / name)
         if found != expected["crc32"]:
             return f"{checkpoint_dir / name} has CRC-32 {found}, the manifest says {expected['crc32']}"
@@ -187,21 +190,46 @@ class Resumable:
         return int(self.state["step"])
 
 
-def choose(resume: str, output_dir: Path, log: Callable[[str], None]) -> Optional[Resumable]:
+def _alone(intact: bool) -> bool:
+    return intact
+
+
+def _check(path: Path, share: tuple[int, int], all_intact: Callable[[bool], bool]) -> tuple[Optional[dict], str]:
+    """(the marker, "") when every rank found its share of ``path`` intact; (None, what is wrong)
+    otherwise (the file this rank found damaged, or that another rank did)."""
+    try:
+        state = read_state(path)
+        problem = verify(path, state, share)
+    except ValueError as err:
+        state, problem = None, str(err)
+    if all_intact(problem is None):
+        return state, ""
+    if problem and share[0] != 0:
+        print(f"[resume] rank {share[0]}: {path.name}: {problem}", flush=True)  # rank 0 only logs its own
+    return None, problem or "another rank found a damaged file (see its line above)"
+
+
+def choose(
+    resume: str,
+    output_dir: Path,
+    log: Callable[[str], None],
+    share: tuple[int, int] = (0, 1),
+    all_intact: Callable[[bool], bool] = _alone,
+) -> Optional[Resumable]:
     """The checkpoint ``run.resume`` names, verified: ``no`` -> None; a directory -> that one
     (ConfigError when it does not verify); ``auto`` -> the newest complete checkpoint of
     ``output_dir`` that verifies, older ones tried in turn with a warning naming the bad file
-    (None when there is none; ConfigError when every complete one is damaged)."""
+    (None when there is none; ConfigError when every complete one is damaged).
+
+    With several ranks every rank calls it alike: ``share`` = (rank, ranks) splits the reading
+    (:func:`verify`) and ``all_intact`` (a collective: did every rank find its share intact?)
+    makes all ranks take the same checkpoint."""
     if resume == "no":
         return None
     if resume != "auto":
         path = Path(resume)
-        try:
-            state = read_state(path)
-        except ValueError as err:
-            raise ConfigError(f"run.resume: {err}") from None
-        problem = verify(path, state)
-        if problem:
+        state, problem = _check(path, share, all_intact)
+        if state is None:
             raise ConfigError(f"run.resume: {path} is damaged: {problem}")
         return Resumable(path, state)
     root = checkpoint_root(output_dir)
@@ -213,12 +241,8 @@ def choose(resume: str, output_dir: Path, log: Callable[[str], None]) -> Optiona
         return None
     damaged = []
     for _, path in reversed(complete):
-        try:
-            state = read_state(path)
-            problem = verify(path, state)
-        except ValueError as err:
-            problem = str(err)
-        if problem is None:
+        state, problem = _check(path, share, all_intact)
+        if state is not None:
             return Resumable(path, state)
         log(f"[resume] WARNING: skipping {path.name}: {problem}")
         damaged.append(path.name)

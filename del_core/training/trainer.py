@@ -54,7 +54,7 @@ from del_core.models import (
     save_hf,
     wrap_with_lora,
 )
-from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, sum_named
+from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, max_over, sum_named
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
 from del_core.training import checkpoints, run_lock
 from del_core.training import engine as ds
@@ -253,7 +253,9 @@ class Trainer:
         before the model is loaded, a resume that would compute differently is refused."""
         cfg = self.config
         self.identity = run_identity(cfg, len(self.data.items), self.total_steps, self.dims.world)
-        self._resume = checkpoints.choose(cfg.run.resume, self.output_dir, self.log)
+        self._resume = checkpoints.choose(
+            cfg.run.resume, self.output_dir, self.log, (self.dims.rank, self.dims.world), self._all_intact
+        )
         if self._resume is None:
             return
         saved = self._resume.state
@@ -268,6 +270,11 @@ class Trainer:
         self.overrides += changed
         for o in changed:
             self.log(f"[resume] run.resume_override: {o.key} {o.saved!r} -> {o.now!r} from step {o.step + 1}")
+
+    def _all_intact(self, intact: bool) -> bool:
+        """Whether every rank found its share of a checkpoint intact (collective)."""
+        damaged = torch.tensor([0.0 if intact else 1.0], device=self.runtime.device)
+        return max_over(damaged).item() == 0.0
 
     def _setup_model_and_loss(self) -> None:
         model_cfg, loss_cfg = self.config.model, self.config.loss

@@ -218,3 +218,24 @@ def test_resume_override_parses_from_the_command_line():
     assert list(config.run.resume_override) == ["optimizer.lr", "loss.weight"] and config.run.overwrite
     with pytest.raises(ConfigError, match="dotted keys"):
         load_train_config(None, ["run.resume_override=[lr]"])
+
+
+def test_ranks_share_the_reading_and_agree_on_the_checkpoint(tmp_path):
+    """Each rank checksums every ranks-th file (all sizes); all_intact makes them agree."""
+    root = checkpoints.checkpoint_root(tmp_path)
+    _fake_checkpoint(root, 2)
+    newest = _fake_checkpoint(root, 4)
+    shard = newest / "model_states.pt"  # the first file of the manifest: rank 0's share of 2
+    shard.write_bytes(b"\xff" + shard.read_bytes()[1:])
+    state = checkpoints.read_state(newest)
+    assert checkpoints.verify(newest, state, (1, 2)) is None
+    assert "has CRC-32" in checkpoints.verify(newest, state, (0, 2))
+    votes: list[bool] = []
+
+    def rank1_all_intact(intact: bool) -> bool:  # rank 0 (not run here) found step 4 damaged
+        votes.append(intact)
+        return intact and len(votes) > 1
+
+    lines, log = _logged()
+    assert checkpoints.choose("auto", tmp_path, log, (1, 2), rank1_all_intact).step == 2
+    assert votes == [True, True] and "another rank found a damaged file" in lines[-1]
