@@ -3,7 +3,7 @@ a changed setting, a re-run into a finished folder, a damaged newest checkpoint,
 during a checkpoint write - each with the behaviour the run must have.
 
 One process per run (the tiny random Qwen2 of tests/recipes/test_train.py, 4 steps); one straight
-run is the reference that the other runs copy or compare with. 8 launches, ~2 min on 2 cores.
+run is the reference that the other runs copy or compare with. 7 launches, ~2.5 min of CPU.
 """
 
 from __future__ import annotations
@@ -47,26 +47,36 @@ def _copy(source: Path, target: Path) -> Path:
     return target
 
 
-def _start(overrides: dict) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
-    args = [f"{k}={v}" for k, v in overrides.items()]
-    return subprocess.Popen(
-        [sys.executable, str(TRAIN), *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+class Started:
+    """recipes/train.py running in the background, its output going to files (a pipe nobody reads
+    would block it)."""
+
+    def __init__(self, overrides: dict, logs: Path):
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
+        args = [f"{k}={v}" for k, v in overrides.items()]
+        logs.mkdir(parents=True, exist_ok=True)
+        self.out, self.err = logs / "stdout", logs / "stderr"
+        with open(self.out, "w") as stdout, open(self.err, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, str(TRAIN), *args], cwd=REPO, env=env, stdout=stdout, stderr=stderr
+            )
+
+    def poll(self):
+        return self.proc.poll()
+
+    def finish(self, timeout: float = 240) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) once the process has ended."""
+        code = self.proc.wait(timeout=timeout)
+        return code, self.out.read_text(), self.err.read_text()
 
 
-def _wait_for_step(out: Path, step: int, proc: subprocess.Popen, timeout: float = 240) -> None:
+def _wait_for_step(out: Path, step: int, proc: Started, timeout: float = 240) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
         metrics = out / "metrics.jsonl"
         if metrics.is_file() and any(r["step"] >= step for r in records(out)):
             return
-        assert proc.poll() is None, proc.communicate()
+        assert proc.poll() is None, proc.finish()
         time.sleep(0.02)
     raise AssertionError(f"no step {step} in {out}/metrics.jsonl after {timeout} s")
 
@@ -131,11 +141,11 @@ def test_ctrl_c_saves_and_a_truncated_newest_checkpoint_falls_back(base, straigh
     falls back to the one before, and the losses equal the uninterrupted run's, each step once."""
     out = tmp_path / "run"
     overrides = {**base, "run.output_dir": out, "run.save_every": 1}
-    proc = _start(overrides)
+    proc = Started(overrides, tmp_path / "logs")
     _wait_for_step(out, 2, proc)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=240)
-    assert proc.returncode == 130, stderr[-3000:]
+    proc.proc.send_signal(signal.SIGINT)
+    code, stdout, stderr = proc.finish()
+    assert code == 130, stderr[-3000:]
     assert "Traceback" not in stderr and "run.resume=auto" in stdout.split("resume with:")[1]
     stopped = _status(out)
     assert stopped["status"] == "stopped" and 2 <= stopped["step"] < 4, stopped
@@ -154,38 +164,40 @@ def test_ctrl_c_saves_and_a_truncated_newest_checkpoint_falls_back(base, straigh
 
 def test_a_second_ctrl_c_stops_at_once(base, tmp_path):
     out = tmp_path / "run"
-    proc = _start({**base, "run.output_dir": out, "run.max_steps": 40})
+    proc = Started({**base, "run.output_dir": out, "run.max_steps": 40}, tmp_path / "logs")
     _wait_for_step(out, 1, proc)
-    proc.send_signal(signal.SIGINT)
+    proc.proc.send_signal(signal.SIGINT)
     time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "Traceback" not in stderr, stderr[-3000:]
+    proc.proc.send_signal(signal.SIGINT)
+    code, _, stderr = proc.finish(120)
+    assert code == 130 and "Traceback" not in stderr, stderr[-3000:]
     assert "second Ctrl-C: stopped at once" in stderr
     status = _status(out)
     assert status["status"] == "interrupted" and status["step"] < 40
     assert not (out / "checkpoints").exists()
 
 
-def test_kill_9_during_a_checkpoint_write_resumes_from_a_verified_one(base, straight, tmp_path):
+def test_kill_9_during_a_checkpoint_write_leaves_a_verified_one_to_resume(base, tmp_path):
     """SIGKILL at a random moment while the checkpoint of step 2 or 3 is being written (its folder
-    exists, its marker does not yet): resume=auto picks a verified complete checkpoint and the
-    losses equal the uninterrupted run's."""
+    exists, its marker may not yet): resume=auto's choice is a complete checkpoint that verifies,
+    the one of the step before when the kill came first. (That a resume from a verified checkpoint
+    repeats the uninterrupted losses: the Ctrl-C test.)"""
     out = tmp_path / "run"
     overrides = {**base, "run.output_dir": out, "run.save_every": 1}
-    proc = _start(overrides)
+    proc = Started(overrides, tmp_path / "logs")
     target = out / "checkpoints" / checkpoints.tag_for(random.choice((2, 3)))
     delay = random.uniform(0.0, 0.3)
     deadline = time.time() + 240
     while not target.is_dir() and time.time() < deadline:
-        assert proc.poll() is None, proc.communicate()
+        assert proc.poll() is None, proc.finish()
         time.sleep(0.005)
     time.sleep(delay)
-    proc.kill()
-    proc.communicate()
+    proc.proc.kill()  # SIGKILL
+    proc.finish()
     chosen = checkpoints.choose("auto", out, lambda _: None)
     assert chosen is not None and checkpoints.verify(chosen.path, chosen.state) is None, delay
-    resumed = run_train(1, {**overrides, "run.resume": "auto"})
-    assert f"continuing from {chosen.path}" in resumed.stdout, delay
-    assert [r["step"] for r in records(out)] == [1, 2, 3, 4], delay
-    assert train_losses(out) == train_losses(straight), delay
+    written = int(target.name[len("step_") :])
+    if (target / checkpoints.MARKER).is_file():  # the kill came after the save (maybe after a later one)
+        assert chosen.step >= written, (delay, chosen.path)
+    else:  # half-written: ignored, the one before it is taken
+        assert chosen.step == written - 1, (delay, chosen.path)
