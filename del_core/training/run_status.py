@@ -30,13 +30,15 @@ def write_status(output_dir: Path, status: str, step: int) -> None:
 
 class StopRequest:
     """Set when SIGTERM, SIGUSR1 or SIGINT arrives; the trainer polls :attr:`requested` after each
-    step. ``status_dir`` (rank 0's output folder, None elsewhere) gets "interrupted" on a second
-    SIGINT; :attr:`step` is what that status records (the trainer keeps it current)."""
+    step. ``announce`` (rank 0): print what a Ctrl-C does. :attr:`status_dir` (set by rank 0 once
+    it has written the status "running") gets "interrupted" on a second SIGINT, at :attr:`step`
+    (the trainer keeps it current)."""
 
-    def __init__(self, status_dir: Optional[Path] = None) -> None:
+    def __init__(self, announce: bool = False) -> None:
         self.requested = False
         self.signum: Optional[int] = None
-        self.status_dir = status_dir
+        self.announce = announce
+        self.status_dir: Optional[Path] = None
         self.step = 0
         for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT):
             signal.signal(sig, self._handle)
@@ -51,7 +53,7 @@ class StopRequest:
             self._stop_now()
         self.requested = True
         self.signum = signum
-        if signum == signal.SIGINT and self.status_dir is not None:
+        if signum == signal.SIGINT and self.announce:
             print(
                 "\n[stop] Ctrl-C: finishing the current step, then writing a checkpoint "
                 "(Ctrl-C again stops at once, without one)",
@@ -62,6 +64,7 @@ class StopRequest:
     def _stop_now(self) -> None:
         if self.status_dir is not None:
             write_status(self.status_dir, "interrupted", self.step)
+        if self.announce:
             print(
                 f"\n[stop] second Ctrl-C: stopped at once after step {self.step} without a checkpoint; "
                 "resume from the newest checkpoint with run.resume=auto",

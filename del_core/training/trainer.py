@@ -200,7 +200,7 @@ class Trainer:
         if self.dims.is_main:  # before anything is written into OUTPUT_DIR
             self.lock = run_lock.acquire(self.output_dir, self.log)
             run_lock.claim_folder(self.output_dir, self.config.run.resume, self.config.run.overwrite, self.log)
-        self.stop = StopRequest(self.output_dir if self.dims.is_main else None)
+        self.stop = StopRequest(announce=self.dims.is_main)
         self.ds_config = build_ds_config(self.config, self.dims.dp, self.runtime.bf16, self.runtime.use_ds_optimizer)
         zero = self.ds_config["zero_optimization"]
         self.log(
@@ -369,6 +369,7 @@ class Trainer:
                 self.log(f"[resume] metrics.jsonl cut back to step {self.step} ({removed} later records removed)")
             write_status(self.output_dir, "running", self.step)
             self._status_written = True
+            self.stop.status_dir = self.output_dir
             self.reporter = Reporter(
                 self.output_dir,
                 cfg.run.report_to,

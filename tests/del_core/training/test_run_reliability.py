@@ -239,3 +239,44 @@ def test_ranks_share_the_reading_and_agree_on_the_checkpoint(tmp_path):
     lines, log = _logged()
     assert checkpoints.choose("auto", tmp_path, log, (1, 2), rank1_all_intact).step == 2
     assert votes == [True, True] and "another rank found a damaged file" in lines[-1]
+
+
+# --- interrupts and the status file ---------------------------------------------------------------
+@pytest.fixture
+def restored_signals():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_ctrl_c_asks_for_a_clean_stop_with_exit_code_130(restored_signals):
+    from del_core.training.run_status import StopRequest
+
+    stop = StopRequest()
+    os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the handler only records it
+    assert stop.requested and stop.exit_code == 130
+    term = StopRequest()
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert term.requested and term.exit_code == 0  # the slurm launcher requeues on status "stopped"
+
+
+def test_an_exception_marks_the_run_failed_never_running(tmp_path, monkeypatch, restored_signals):
+    from del_core.training import trainer as trainer_module
+    from del_core.training.run_status import StopRequest, write_status
+
+    def setup(self):
+        self.stop = StopRequest()
+        write_status(self.output_dir, "running", 2)
+        self._status_written, self.step = True, 2
+
+    def train(self):
+        raise FloatingPointError("step 3: the loss is nan")
+
+    monkeypatch.setattr(trainer_module.Trainer, "setup", setup)
+    monkeypatch.setattr(trainer_module.Trainer, "train", train)
+    config = TrainConfig()
+    config.run.output_dir = str(tmp_path)
+    with pytest.raises(FloatingPointError):
+        trainer_module.run(config)
+    assert json.loads((tmp_path / "run_status.json").read_text()) == {"status": "failed", "step": 2}
