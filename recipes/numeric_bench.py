@@ -14,6 +14,9 @@ from del_core.arithmetic.config import load_bench_config
 from del_core.arithmetic.protocol import run_benchmark
 from del_core.arithmetic.report import write_report
 from del_core.config import ConfigError, split_command_line
+from del_core.console import filter_known_warnings
+
+filter_known_warnings()
 
 
 def main(argv: list[str]) -> int:

@@ -32,6 +32,7 @@ sys.meta_path.insert(0, Block())
         "del_core.parallel",
         "del_core.data",
         "del_core.config",
+        "del_core.console",
         "del_core.models",
         "del_core.training",
     ],
