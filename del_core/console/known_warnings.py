@@ -47,6 +47,13 @@ KNOWN_WARNINGS: tuple[KnownWarning, ...] = (
         "deprecated torch APIs that DeepSpeed calls, attributed to DeepSpeed's modules (on CUDA builds "
         "torch.cuda.amp.custom_fwd/custom_bwd, at import).",
     ),
+    KnownWarning(
+        FutureWarning,
+        r"transformers\.training_args$",
+        r"`gradient_checkpointing` is deprecated",
+        "TRL's configurations (SFTConfig) default gradient_checkpointing=True, the name transformers 5 "
+        "renamed activation_checkpointing: every TRL run warns although its user set nothing.",
+    ),
 )
 
 

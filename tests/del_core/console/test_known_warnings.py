@@ -53,6 +53,11 @@ def test_the_real_torch_distributed_deprecation_is_hidden():
         ),
         (FutureWarning, "deepspeed.runtime.zero.linear", "`torch.cuda.amp.custom_fwd(args...)` is deprecated."),
         (FutureWarning, "deepspeed", "anything DeepSpeed deprecates"),
+        (
+            FutureWarning,
+            "transformers.training_args",
+            "`gradient_checkpointing` is deprecated and will be removed in v6. Use `activation_checkpointing` instead.",
+        ),
     ],
 )
 def test_known_third_party_deprecations_are_hidden(category, module, message):
@@ -71,6 +76,7 @@ def test_known_third_party_deprecations_are_hidden(category, module, message):
         (FutureWarning, "torch.distributed.checkpoint", "the checkpoint format will change"),
         # Other modules, and names that only start like a filtered one.
         (FutureWarning, "transformers.trainer", "`x` is deprecated"),
+        (FutureWarning, "transformers.training_args", "`logging_dir` is deprecated"),
         (FutureWarning, "deepspeed_extension", "`x` is deprecated"),
         (FutureWarning, "torch.distributedx", "`torch.distributed.x` is deprecated"),
     ],
