@@ -24,6 +24,7 @@ sys.meta_path.insert(0, Block())
 """
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize(
     "module",
     [
@@ -32,6 +33,7 @@ sys.meta_path.insert(0, Block())
         "del_core.parallel",
         "del_core.data",
         "del_core.config",
+        "del_core.console",
         "del_core.models",
         "del_core.training",
         "del_core.experiments.study",
@@ -44,6 +46,7 @@ def test_imports_without_deepspeed(module):
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
+@pytest.mark.launches
 def test_the_blocker_really_blocks():
     code = BLOCK_DEEPSPEED + "import deepspeed"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -171,6 +171,7 @@ def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, tiny_mode
 
 
 # --- (2) 1 process x accumulation 4 == 2 processes x accumulation 2 == the whole batch ----------
+@pytest.mark.launches
 def test_accumulation_and_ranks_give_the_whole_batch_loss_and_weights(one_process, two_processes):
     """Per-step losses and final weights of 1x4, 2x2 and 1x1 agree to 1e-5 (DEL, lambda 0.5).
 
@@ -205,6 +206,7 @@ def test_accumulation_and_ranks_give_the_whole_batch_loss_and_weights(one_proces
 
 
 # --- (3) DeepSpeed ZeRO-3 (and ZeRO-2) through the Trainer's deepspeed= argument ----------------
+@pytest.mark.launches
 def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
     """2 processes x accumulation 2 under ZeRO-3, ZeRO-2, and ZeRO-2 with the loss chunked from the
     hidden states: finite, decreasing losses, the 1-process (1x4) first-step loss, and the same
@@ -315,6 +317,7 @@ def test_compute_loss_outside_the_training_loop_is_refused(tiny_model, tokenizer
         trainer.compute_loss(trainer.model.train(), batch)
 
 
+@pytest.mark.launches
 def test_del_core_imports_without_the_trainer():
     """The losses import neither the Trainer, TRL nor DeepSpeed; the integration imports TRL only
     when DELSFTTrainer is asked for."""
@@ -361,6 +364,7 @@ def sft_trainer(tiny_model, tokenizer, tmp_path, **config):
     return DELSFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
 
 
+@pytest.mark.slow
 def test_trl_sft_trainer_first_step_is_the_whole_batch_loss(tiny_model, tokenizer, tmp_path):
     """DELSFTTrainer (prompt-completion data: the prompt is masked by TRL) logs as its first-step
     loss the DEL loss of the step's 4 rows in one batch, and trains on."""

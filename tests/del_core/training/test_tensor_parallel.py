@@ -18,6 +18,8 @@ import torch
 from helpers.shared import real_tokenizer
 from helpers.training import make_tiny_qwen2, run_train, tiny_run, train_losses
 
+pytestmark = pytest.mark.launches
+
 RTOL = 1e-5
 
 
