@@ -36,6 +36,8 @@ sys.meta_path.insert(0, Block())
         "del_core.console",
         "del_core.models",
         "del_core.training",
+        "del_core.training.plain_loop",
+        "del_core.training.schedule",
         "del_core.experiments.study",
         "del_core.experiments.numeric_bench.protocol",
     ],
