@@ -43,7 +43,8 @@ from collections.abc import Sequence
 from typing import Optional, Union
 
 from del_core.evaluation.benchmarks import LETTERS, boxed_spans, last_boxed
-from del_core.evaluation.numbers import NUMBER_PATTERN, find_numbers, numbers_match, parse_number
+from del_core.evaluation.math_equivalence import inequality_as_interval
+from del_core.evaluation.numbers import NUMBER_PATTERN, find_numbers, numbers_match, parse_number, spaced_thousands
 from del_core.evaluation.unknowns import in_asked_order
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.S)
@@ -95,6 +96,8 @@ def _print_result(tree: ast.Module) -> str:
 def answer_from_program_output(stdout: str, kind: str, choices: Sequence[str] = ()) -> Answer:
     """The answer a program printed (see the module docstring)."""
     lines = [line.strip() for line in stdout.strip().splitlines() if line.strip()]
+    while len(lines) > 1 and _LABEL_LINE.fullmatch(lines[-1]):  # "Done.", "That is the answer."
+        lines.pop()
     if not lines:
         return None
     if kind == "numbers":
@@ -110,8 +113,46 @@ def answer_from_program_output(stdout: str, kind: str, choices: Sequence[str] = 
         start = len(lines) - 1
         while start > 0 and _brace_depth("\n".join(lines[start:])) < 0:  # printed over several lines
             start -= 1
-        return "\n".join(lines[start:])
+        return sympy_as_latex(_PRINTED_LABEL.sub("", "\n".join(lines[start:])))
     return answer_from_text(last, kind, choices)
+
+
+# a printed line that is a label, not a value: words only, a sentence (two words, or a final ".!:")
+_LABEL_LINE = re.compile(r"[A-Za-z][A-Za-z' ,-]*(?:[A-Za-z] [A-Za-z][A-Za-z' ,-]*[.!:]?|[.!:])")
+_PRINTED_LABEL = re.compile(r"^(?:[A-Za-z][A-Za-z ]*:|[A-Za-z_]\w*\s*=(?!=))\s*")  # "answer: ", "total = "
+_SYMPY_MARKS = re.compile(r"\*|\bEq\(|\bpi\b|\bsqrt\(|\boo\b|\bInterval\b|\bI\b|\bE\b")
+
+
+def sympy_as_latex(text: str) -> str:
+    """A value as sympy prints it, in LaTeX ("9*pi" -> ``9\\cdot\\pi``, "sqrt(2)/2" ->
+    ``\\sqrt{2}/2``, "Interval.Lopen(2, 5)" -> "(2, 5]", "oo" -> ``\\infty``); other text unchanged."""
+    if "\\" in text or not _SYMPY_MARKS.search(text):
+        return text
+    ends = {"Interval.Lopen": "(]", "Interval.Ropen": "[)", "Interval.open": "()", "Interval": "[]"}
+    for name, (left, right) in ends.items():
+        text = re.sub(rf"{re.escape(name)}\(([^()]*)\)", lambda m, a=left, b=right: a + m.group(1) + b, text)
+    text = re.sub(r"^Eq\((.*), ([^,]*)\)$", r"\1 = \2", text)
+    text = _rewrite_calls(text, "sqrt", "\\sqrt")
+    text = re.sub(r"\*\*\(([^()]*)\)", r"^{\1}", text).replace("**", "^")
+    text = re.sub(r"\boo\b", r"\\infty", re.sub(r"\bpi\b", r"\\pi", text))
+    text = re.sub(r"\bI\b", "i", text).replace("*", r" \cdot ")
+    return text
+
+
+def _rewrite_calls(text: str, name: str, command: str) -> str:
+    """``name(..)`` (parentheses balanced) -> ``command{..}``."""
+    out, i = [], 0
+    while (start := text.find(name + "(", i)) >= 0:
+        depth, j = 0, start + len(name)
+        for j in range(start + len(name), len(text)):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 0:
+                break
+        if depth:
+            break
+        out += [text[i:start], command, "{", _rewrite_calls(text[start + len(name) + 1 : j], name, command), "}"]
+        i = j + 1
+    return "".join(out) + text[i:]
 
 
 def answer_segment(text: str) -> Optional[str]:
@@ -120,6 +161,11 @@ def answer_segment(text: str) -> Optional[str]:
     boxed = last_boxed(text)
     if boxed is not None and boxed.strip():
         return boxed.strip()
+    return _phrase_segment(text)
+
+
+def _phrase_segment(text: str) -> Optional[str]:
+    """The text after the last "answer is", "answer:" or "####" (module docstring), or None."""
     matches = list(_ANSWER_IS.finditer(text))
     if not matches:
         return None
@@ -147,7 +193,11 @@ def _clean_segment(segment: str) -> str:
 def answer_from_text(text: str, kind: str, choices: Sequence[str] = (), question: str = "") -> Answer:
     """The answer a chain-of-thought text gives (see the module docstring); ``question`` orders
     the named values of a ``numbers`` answer (:mod:`del_core.evaluation.unknowns`)."""
+    if boxes_hedge(text, kind):
+        return None
     segment = answer_segment(text)
+    if segment is not None and segment_hedges(segment, kind, choices):
+        return None
     if kind == "choice":
         return _choice(text, segment, choices)
     if kind == "math":
@@ -156,15 +206,77 @@ def answer_from_text(text: str, kind: str, choices: Sequence[str] = (), question
         return _numbers_answer(text, segment, question)
     if segment is not None:
         return _number_in_segment(segment)
-    found = find_numbers(text)
+    if gives_up(text):
+        return None
+    found = find_numbers(_without_asides(text)) or find_numbers(text)
     return found[-1] if found else None
+
+
+_GIVES_UP = re.compile(r"\b(?:cannot|can't|unable to|not sure|don't know|do not know|no way to)\b", re.I)
+
+
+def gives_up(text: str) -> bool:
+    """Whether the output ends by saying it has no answer: a last line with no number that says it
+    cannot finish ("I cannot finish this computation.")."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return bool(lines) and not find_numbers(lines[-1]) and bool(_GIVES_UP.search(lines[-1]))
+
+
+_ASIDE = re.compile(r"\s*\([^()]*[a-zA-Z]{2}[^()]*\)")
+
+
+def _without_asides(text: str) -> str:
+    """``text`` without parenthesised asides that hold words ("18 (she sells 9 eggs at $2 each)"):
+    working written after the answer, not the answer."""
+    return _ASIDE.sub("", text)
+
+
+# what joins two letters of a hedge: "A or C", "(A) and/or (C)", "A / C", "A or maybe option C"
+_LETTER_JOIN = re.compile(
+    r"[\s,)*]*(?:or|and|and/or|/|or\s+(?:maybe|perhaps|possibly))[\s(*]*(?:(?:option|choice)\s*\(?)?", re.I
+)
+_OR = re.compile(r"\bor\b|\beither\b|\band/or\b", re.I)
+_BOX_OR = re.compile(r"\bor\b|\bmaybe\b|\bperhaps\b|\bthough\b", re.I)
+
+
+def boxes_hedge(text: str, kind: str) -> bool:
+    """Whether the output boxes two or more different answers: any two boxes that differ, for every
+    kind but ``numbers`` (whose boxes are the unknowns: there, two boxes joined by "or")."""
+    spans = boxed_spans(text)
+    if len(spans) < 2:
+        return False
+    if kind == "numbers":
+        return any(_BOX_OR.search(text[a[1] : b[0]]) for a, b in zip(spans, spans[1:]))
+    contents = {re.sub(r"[\s$]|\\text\{|\}$", "", content) for _, _, content in spans}
+    return len(contents) > 1
+
+
+def segment_hedges(segment: str, kind: str, choices: Sequence[str] = ()) -> bool:
+    """Whether an answer segment commits to two or more different options or values ("A or C",
+    "(A) or maybe (C)", "either 18 or 20", "18 and/or 20"); echoing options or eliminating them
+    ("B, not D") is not a commitment."""
+    first = _SENTENCE_END.split(segment)[0] if kind != "math" else segment
+    if kind == "choice":
+        letters = LETTERS[: len(choices)] if choices else LETTERS
+        for choice in sorted(choices, key=len, reverse=True):  # an option's own "A and B" is no hedge
+            first = first.replace(choice, " ") if len(choice) > 3 else first
+        found = list(re.finditer(rf"(?<![A-Za-z])\(?([{letters}])\)?(?![A-Za-z])", first))
+        return any(
+            a.group(1) != b.group(1) and _LETTER_JOIN.fullmatch(first[a.end() : b.start()])
+            for a, b in zip(found, found[1:])
+        )
+    if kind == "math":  # "x < -8 or x > 8" is one answer: a union of intervals
+        if inequality_as_interval(_clean_segment(first)) is not None:
+            return False
+        return bool(_OR.search(re.sub(r"\\text\{\s*(?!or\b)[^{}]*\}", " ", first)))
+    return bool(_HEDGE.search(first))
 
 
 def _number_in_segment(segment: str) -> Optional[str]:
     """The one number a segment answers with (see the module docstring)."""
     if _HEDGE.search(_SENTENCE_END.split(segment)[0]):
         return None
-    segment = re.sub(r"^([\s$*]*)-\s+(?=\d)", r"\1-", segment)
+    segment = spaced_thousands(re.sub(r"^([\s$*]*)-\s+(?=\d)", r"\1-", segment))
     while chain := _ARITHMETIC_CHAIN.match(segment):
         segment = segment[chain.end() :]
     found = find_numbers(segment)
@@ -197,9 +309,9 @@ def _numbers_answer(text: str, segment: Optional[str], question: str) -> Optiona
     if boxed is not None:
         return in_asked_order(boxed, question)
     if segment is not None and find_numbers(segment):
-        return None if _HEDGE.search(segment) else in_asked_order(segment, question)
-    sentences = [sentence for sentence in _SENTENCE_END.split(text) if find_numbers(sentence)]
-    if not sentences:
+        return None if _HEDGE.search(segment) else in_asked_order(spaced_thousands(segment), question)
+    sentences = [sentence for sentence in _SENTENCE_END.split(_without_asides(text)) if find_numbers(sentence)]
+    if not sentences or gives_up(text):
         return None
     if _ASSIGNMENT.search(sentences[-1]):
         return _last_assignments(text)
@@ -223,11 +335,13 @@ def _last_assignments(text: str) -> list[str]:
 
 def _math_answer(text: str, segment: Optional[str]) -> Optional[str]:
     if segment is not None:
-        dollars = re.match(r"\s*\$([^$]+)\$", segment)
+        dollars = re.match(r"\s*\$([^$]+)\$", segment) or re.match(r"[A-Za-z ,:]*?\$([^$]+)\$", segment)
         if dollars:
             return _clean_segment(dollars.group(1)) or None
         segment = re.split(r"\.\s+(?=[A-Z])", segment)[0]
         return _clean_segment(segment) or None
+    if gives_up(text):
+        return None
     lines = [line for line in text.strip().splitlines() if line.strip()]
     if len(lines) == 1:
         return _clean_segment(lines[0]) or None
@@ -267,7 +381,10 @@ _NOT_COMMITTED = re.compile(r"\b(?:not|wrong|incorrect|eliminat\w*|too|maybe|per
 def _choice_in_last_line(line: str, letters: str, choices: Sequence[str]) -> Optional[str]:
     """The choice a final line without an answer phrase commits to (module docstring), or None."""
     mentioned = set(re.findall(rf"\(([{letters}])\)", line))
-    if len(mentioned) > 1 or _NOT_COMMITTED.search(line):  # an echoed option list, a hedge, an elimination
+    own_words = line
+    for choice in sorted(choices, key=len, reverse=True):  # an option's own "not" is no elimination
+        own_words = own_words.replace(choice, " ") if len(choice) > 3 else own_words
+    if len(mentioned) > 1 or _NOT_COMMITTED.search(own_words):  # an echoed option list, a hedge, an elimination
         return None
     lead = re.match(rf"[\s*]*(option\s+|choice\s+)?(\()?([{letters}])(?:\)|:|\.?\s*$)", line, re.I)
     if lead and (lead.group(3).isupper() or lead.group(1) or lead.group(2)):
@@ -297,6 +414,10 @@ def _choice_in_segment(segment: str, letters: str, choices: Sequence[str]) -> Op
     named = re.findall(rf"\b(?:option|choice)\s*\(?([{letters}])(?![a-zA-Z])", segment, re.I)
     if named:
         return named[-1].upper()
+    letter = rf"\(?([{letters}])"
+    stated = [m for pattern in _CHOICE_STATEMENTS for m in re.finditer(pattern.format(letter=letter), segment, re.I)]
+    if stated:  # "Answer: The correct option is B"
+        return max(stated, key=lambda m: m.start()).group(1).upper()
     return _choice_by_text(_clean_segment(segment), choices)
 
 

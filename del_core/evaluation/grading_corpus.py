@@ -175,7 +175,8 @@ def _repeating_fraction(value: Fraction, places: int) -> Optional[Fraction]:
         if rest == 1:
             continue
         numerator = round(value * denominator)
-        if abs(Fraction(numerator, denominator) - value) < half:
+        candidate = Fraction(numerator, denominator)
+        if candidate.denominator == denominator and abs(candidate - value) < half:
             return Fraction(numerator, denominator)
     return None
 
