@@ -316,7 +316,7 @@ def form_rounding(record, wrong, pool):
     return Rendering(f"{_working(record)}\nThe answer is {gold}0.", "right")
 
 
-# held-out forms
+# forms held out in the first round (their disagreements were then looked at: now development forms)
 
 
 def form_answer_first(record, wrong, pool):
@@ -408,6 +408,121 @@ def _as_inequality(gold: str) -> Optional[str]:
     return f"{low} {low_op} x {high_op} {high}"
 
 
+# forms held out in the second round (written after the first round's rules, scored once before
+# any rule was changed for them)
+
+_WORDS = re.findall(
+    r"\w+", "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+) + ["seventeen", "eighteen", "nineteen", "twenty"]
+
+
+def form_final_bold(record, wrong, pool):
+    if record.kind == "choice":
+        return Rendering(f"{_working(record)}\n**Final Answer: ({record.gold})**", "right")
+    if record.kind == "math":
+        return Rendering(f"{_working(record)}\n**Final Answer:** ${_gold_text(record)}$", "right")
+    return Rendering(f"{_working(record)}\n**Final Answer:** {_gold_text(record)}", "right")
+
+
+def form_therefore(record, wrong, pool):
+    if record.kind == "choice":
+        gold, option, _, _ = _choice_parts(record)
+        return Rendering(f"{_working(record)}\nTherefore, the correct choice is ({gold}) {option}.", "right")
+    if record.kind == "math":
+        return Rendering(f"{_working(record)}\nTherefore, the value is ${_gold_text(record)}$.", "right")
+    return Rendering(f"{_working(record)}\nTherefore, the total is {_gold_text(record)}.", "right")
+
+
+def form_hedge_possibly(record, wrong, pool):
+    if record.kind == "choice":
+        gold, _, other, _ = _choice_parts(record)
+        return Rendering(f"{_working(record)}\nThe answer is ({gold}), or possibly ({other}).", "hedge")
+    gold = _gold_text(record)
+    if record.kind == "math":
+        return Rendering(f"{_working(record)}\nThe answer is ${gold}$ (or possibly ${wrong}$).", "hedge")
+    return Rendering(f"{_working(record)}\nThe answer is {gold} (or possibly {wrong}).", "hedge")
+
+
+def form_hedge_between(record, wrong, pool):
+    if record.kind == "choice":
+        gold, _, other, _ = _choice_parts(record)
+        return Rendering(f"{_working(record)}\nThe answer is between ({gold}) and ({other}).", "hedge")
+    gold = _gold_text(record)
+    if record.kind == "math":
+        return Rendering(f"{_working(record)}\nThe answer is between ${gold}$ and ${wrong}$.", "hedge")
+    return Rendering(f"{_working(record)}\nThe answer is between {gold} and {wrong}.", "hedge")
+
+
+def form_dollar_latex(record, wrong, pool):
+    if record.kind == "choice":
+        return Rendering(f"{_working(record)}\nThe answer is $\\textbf{{({record.gold})}}$.", "right")
+    value = _plain_value(record)
+    if value is None:
+        return Rendering(f"{_working(record)}\nThe answer is ${_gold_text(record)}$.", "right")
+    if value < 0:
+        return Rendering(f"{_working(record)}\nThe answer is \u2212{_written(-value)}.", "right")
+    text = _thousands(value, "{,}") or _written(value)
+    return Rendering(f"{_working(record)}\nThe answer is $\\${text}$.", "right")
+
+
+def form_program_sentence(record, wrong, pool):
+    if record.kind == "choice":
+        return Rendering(f"Answer: ({record.gold})\n", "right", "program")
+    if record.kind == "math" and _plain_value(record) is None:
+        text = _sympy_text(_gold_text(record)) or _gold_text(record)
+        return Rendering(f"Result: {text}\n", "right", "program")
+    return Rendering(f"The answer is {_gold_text(record)}\n", "right", "program")
+
+
+def form_program_float(record, wrong, pool):
+    """What float arithmetic prints: the nearest double of the exact value."""
+    if record.kind == "choice":
+        return Rendering(f"{record.gold}\n", "right", "program")
+    value = _plain_value(record)
+    if value is not None:
+        gold = _gold_text(record)
+        places = len(gold.split(".")[1]) if "." in gold else 0
+        exact = _repeating_fraction(value, places) if places >= 4 else None
+        return Rendering(f"{float(exact if exact is not None else value)!r}\n", "right", "program")
+    text = _sympy_text(_gold_text(record))
+    return Rendering(f"{text or _gold_text(record)}\n", "right", "program")
+
+
+def form_wrong_close(record, wrong, pool):
+    if record.kind == "choice":
+        other = _other_letters(record)[1]
+        return Rendering(f"{_working(record)}\nThe answer is ({other}) {record.choices[LETTERS.index(other)]}", "wrong")
+    value = _plain_value(record)
+    if value is not None and value != 0:
+        return Rendering(f"{_working(record)}\nThe answer is {_written(value * 10)}.", "wrong")
+    return Rendering(f"{_working(record)}\nThe answer is ${wrong}$.", "wrong")
+
+
+def form_correction(record, wrong, pool):
+    if record.kind == "choice":
+        gold, _, other, _ = _choice_parts(record)
+        text = f"The answer is ({other}).\nWait, I made an error in the last step. The answer is ({gold})."
+        return Rendering(f"{_working(record)}\n{text}", "right")
+    gold = _gold_text(record)
+    text = f"The answer is {wrong}.\nWait, I made an error in the last step. The answer is {gold}."
+    return Rendering(f"{_working(record)}\n{text}", "right")
+
+
+def form_number_words(record, wrong, pool):
+    value = _plain_value(record)
+    if record.kind == "choice":
+        return Rendering(f"{_working(record)}\nThe answer is option {record.gold}.", "right")
+    if value is not None and value.denominator == 1 and 0 <= value <= 20:
+        return Rendering(f"{_working(record)}\nThe answer is {_WORDS[int(value)]}.", "right")
+    return Rendering(f"{_working(record)}\nThe answer is {_gold_text(record)}.", "right")
+
+
+def form_refusal(record, wrong, pool):
+    if record.kind == "choice":
+        return Rendering(f"{_working(record)}\nI am not able to pick one of the options.", "no_answer")
+    return Rendering(f"{_working(record)}\nThere is not enough information to determine the answer.", "no_answer")
+
+
 Form = Callable[[Record, str, Sequence[Record]], Rendering]
 DEVELOPMENT_FORMS: dict[str, Form] = {
     "answer_is": form_answer_is,
@@ -424,8 +539,6 @@ DEVELOPMENT_FORMS: dict[str, Form] = {
     "echo_only": form_echo_only,
     "scale_words": form_scale_words,
     "rounding": form_rounding,
-}
-HELD_OUT_FORMS: dict[str, Form] = {
     "answer_first": form_answer_first,
     "hedge_maybe": form_hedge_maybe,
     "hedge_either": form_hedge_either,
@@ -433,6 +546,19 @@ HELD_OUT_FORMS: dict[str, Form] = {
     "program_label": form_program_label,
     "program_values": form_program_values,
     "interval_or_wrong_option": form_interval_or_wrong_option,
+}
+HELD_OUT_FORMS: dict[str, Form] = {
+    "final_bold": form_final_bold,
+    "therefore": form_therefore,
+    "hedge_possibly": form_hedge_possibly,
+    "hedge_between": form_hedge_between,
+    "dollar_latex": form_dollar_latex,
+    "program_sentence": form_program_sentence,
+    "program_float": form_program_float,
+    "wrong_close": form_wrong_close,
+    "correction": form_correction,
+    "number_words": form_number_words,
+    "refusal": form_refusal,
 }
 FORMS: dict[str, Form] = {**DEVELOPMENT_FORMS, **HELD_OUT_FORMS}
 
