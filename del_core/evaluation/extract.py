@@ -44,12 +44,19 @@ from typing import Optional, Union
 
 from del_core.evaluation.benchmarks import LETTERS, boxed_spans, last_boxed
 from del_core.evaluation.math_equivalence import inequality_as_interval
-from del_core.evaluation.numbers import NUMBER_PATTERN, find_numbers, numbers_match, parse_number, spaced_thousands
+from del_core.evaluation.numbers import (
+    NUMBER_PATTERN,
+    find_numbers,
+    number_from_words,
+    numbers_match,
+    parse_number,
+    spaced_thousands,
+)
 from del_core.evaluation.unknowns import in_asked_order
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.S)
 _ANSWER_IS = re.compile(r"(?:answer\s+is|answer\s*:|####)[\s*:]*", re.I)
-_HEDGE = re.compile(r"\d[^\n.;]*?\bor\s+(?:maybe\s+|perhaps\s+)?[$\\(-]*\d", re.I)
+_HEDGE_WORDS = re.compile(r"\bor\b|\beither\b|\bpossibly\b|\bmaybe\b|\bperhaps\b", re.I)
 _ARITHMETIC_CHAIN = re.compile(r"^[\s$]*[-+]?[\d.,]+(?:\s*[-+*/×x÷^]\s*\(?[\d.,]+\)?)+\s*=\s*")
 _SENTENCE_END = re.compile(r"(?<!\d)\.(?!\d)|\n")  # a point that is not a decimal point, or a line end
 _ASSIGNMENT = re.compile(r"(?<![\w.])([a-zA-Z]\w{0,2})\s*=\s*\$?(" + NUMBER_PATTERN.pattern + r")")
@@ -120,7 +127,7 @@ def answer_from_program_output(stdout: str, kind: str, choices: Sequence[str] = 
 # a printed line that is a label, not a value: words only, a sentence (two words, or a final ".!:")
 _LABEL_LINE = re.compile(r"[A-Za-z][A-Za-z' ,-]*(?:[A-Za-z] [A-Za-z][A-Za-z' ,-]*[.!:]?|[.!:])")
 _PRINTED_LABEL = re.compile(r"^(?:[A-Za-z][A-Za-z ]*:|[A-Za-z_]\w*\s*=(?!=))\s*")  # "answer: ", "total = "
-_SYMPY_MARKS = re.compile(r"\*|\bEq\(|\bpi\b|\bsqrt\(|\boo\b|\bInterval\b|\bI\b|\bE\b")
+_SYMPY_MARKS = re.compile(r"\*|\bEq\(|\bUnion\(|\bpi\b|\bsqrt\(|\boo\b|\bInterval\b|\bI\b|\bE\b")
 
 
 def sympy_as_latex(text: str) -> str:
@@ -132,10 +139,31 @@ def sympy_as_latex(text: str) -> str:
     for name, (left, right) in ends.items():
         text = re.sub(rf"{re.escape(name)}\(([^()]*)\)", lambda m, a=left, b=right: a + m.group(1) + b, text)
     text = re.sub(r"^Eq\((.*), ([^,]*)\)$", r"\1 = \2", text)
+    text = _rewrite_unions(text)
     text = _rewrite_calls(text, "sqrt", "\\sqrt")
     text = re.sub(r"\*\*\(([^()]*)\)", r"^{\1}", text).replace("**", "^")
     text = re.sub(r"\boo\b", r"\\infty", re.sub(r"\bpi\b", r"\\pi", text))
-    text = re.sub(r"\bI\b", "i", text).replace("*", r" \cdot ")
+    text = re.sub(r"\bI\b", "i", text)
+    text = re.sub(r"(?<=[\d}])\s*\*\s*(?=i\b)", "", text)  # "5*I" -> "5i": math-verify's imaginary unit
+    text = re.sub(r"(?<=\bi)\s*\*\s*", "", text).replace("*", r" \cdot ")
+    return text
+
+
+def _rewrite_unions(text: str) -> str:
+    """``Union(a, b, ..)`` (nested too) -> ``a \\cup b \\cup ..``."""
+    while (start := text.rfind("Union(")) >= 0:
+        depth, parts, begin = 0, [], start + len("Union(")
+        for j in range(begin - 1, len(text)):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 1 and text[j] == "," and j > begin - 1:
+                parts.append(text[begin:j].strip())
+                begin = j + 1
+            if depth == 0:
+                break
+        else:
+            return text
+        parts.append(text[begin:j].strip())
+        text = text[:start] + " \\cup ".join(parts) + text[j + 1 :]
     return text
 
 
@@ -212,7 +240,9 @@ def answer_from_text(text: str, kind: str, choices: Sequence[str] = (), question
     return found[-1] if found else None
 
 
-_GIVES_UP = re.compile(r"\b(?:cannot|can't|unable to|not sure|don't know|do not know|no way to)\b", re.I)
+_GIVES_UP = re.compile(
+    r"\b(?:cannot|can't|unable to|not sure|don't know|do not know|no way to|not enough|insufficient|impossible)\b", re.I
+)
 
 
 def gives_up(text: str) -> bool:
@@ -235,7 +265,7 @@ def _without_asides(text: str) -> str:
 _LETTER_JOIN = re.compile(
     r"[\s,)*]*(?:or|and|and/or|/|or\s+(?:maybe|perhaps|possibly))[\s(*]*(?:(?:option|choice)\s*\(?)?", re.I
 )
-_OR = re.compile(r"\bor\b|\beither\b|\band/or\b", re.I)
+_OR = re.compile(r"\bor\b|\beither\b|\band/or\b|\bbetween\b|\bpossibly\b|\bmaybe\b|\bperhaps\b", re.I)
 _BOX_OR = re.compile(r"\bor\b|\bmaybe\b|\bperhaps\b|\bthough\b", re.I)
 
 
@@ -249,6 +279,23 @@ def boxes_hedge(text: str, kind: str) -> bool:
         return any(_BOX_OR.search(text[a[1] : b[0]]) for a, b in zip(spans, spans[1:]))
     contents = {re.sub(r"[\s$]|\\text\{|\}$", "", content) for _, _, content in spans}
     return len(contents) > 1
+
+
+def _values_hedged(statement: str) -> bool:
+    """Whether a statement commits to two different values: two numbers with "or", "either",
+    "possibly", "maybe" or "perhaps" between them ("18 or 20", "18 (or possibly 19)"), or after
+    "between" ("between 18 and 19")."""
+    text = re.sub(r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", r"\1/\2", statement.replace("\u2212", "-"))
+    found = list(NUMBER_PATTERN.finditer(text))
+    values = [parse_number(m.group(0)) for m in found]
+    for i in range(len(found) - 1):
+        if values[i] == values[i + 1]:
+            continue
+        if _HEDGE_WORDS.search(text[found[i].end() : found[i + 1].start()]):
+            return True
+        if re.search(r"\bbetween\b", text[: found[i].start()], re.I):
+            return True
+    return False
 
 
 def segment_hedges(segment: str, kind: str, choices: Sequence[str] = ()) -> bool:
@@ -269,18 +316,21 @@ def segment_hedges(segment: str, kind: str, choices: Sequence[str] = ()) -> bool
         if inequality_as_interval(_clean_segment(first)) is not None:
             return False
         return bool(_OR.search(re.sub(r"\\text\{\s*(?!or\b)[^{}]*\}", " ", first)))
-    return bool(_HEDGE.search(first))
+    return bool(_values_hedged(first))
 
 
 def _number_in_segment(segment: str) -> Optional[str]:
     """The one number a segment answers with (see the module docstring)."""
-    if _HEDGE.search(_SENTENCE_END.split(segment)[0]):
+    if _values_hedged(_SENTENCE_END.split(segment)[0]):
         return None
     segment = spaced_thousands(re.sub(r"^([\s$*]*)-\s+(?=\d)", r"\1-", segment))
     while chain := _ARITHMETIC_CHAIN.match(segment):
         segment = segment[chain.end() :]
     found = find_numbers(segment)
-    return found[0] if found else None
+    if not found:
+        worded = number_from_words(_SENTENCE_END.split(segment)[0])
+        return None if worded is None else str(worded)
+    return found[0]
 
 
 def _boxed_statement(text: str) -> Optional[str]:
@@ -308,14 +358,16 @@ def _numbers_answer(text: str, segment: Optional[str], question: str) -> Optiona
     boxed = _boxed_statement(text)
     if boxed is not None:
         return in_asked_order(boxed, question)
+    if segment is not None and not find_numbers(segment) and number_from_words(segment) is not None:
+        return [str(number_from_words(segment))]
     if segment is not None and find_numbers(segment):
-        return None if _HEDGE.search(segment) else in_asked_order(spaced_thousands(segment), question)
+        return None if _values_hedged(segment) else in_asked_order(spaced_thousands(segment), question)
     sentences = [sentence for sentence in _SENTENCE_END.split(_without_asides(text)) if find_numbers(sentence)]
     if not sentences or gives_up(text):
         return None
     if _ASSIGNMENT.search(sentences[-1]):
         return _last_assignments(text)
-    return None if _HEDGE.search(sentences[-1]) else in_asked_order(sentences[-1], question)
+    return None if _values_hedged(sentences[-1]) else in_asked_order(sentences[-1], question)
 
 
 def _last_assignments(text: str) -> list[str]:
@@ -335,11 +387,13 @@ def _last_assignments(text: str) -> list[str]:
 
 def _math_answer(text: str, segment: Optional[str]) -> Optional[str]:
     if segment is not None:
+        segment = segment.replace("\\$", "")  # a currency sign, not a math delimiter
         dollars = re.match(r"\s*\$([^$]+)\$", segment) or re.match(r"[A-Za-z ,:]*?\$([^$]+)\$", segment)
         if dollars:
             return _clean_segment(dollars.group(1)) or None
         segment = re.split(r"\.\s+(?=[A-Z])", segment)[0]
-        return _clean_segment(segment) or None
+        worded = None if find_numbers(segment) else number_from_words(segment)
+        return str(worded) if worded is not None else _clean_segment(segment) or None
     if gives_up(text):
         return None
     lines = [line for line in text.strip().splitlines() if line.strip()]
@@ -405,7 +459,9 @@ def _choice_in_last_line(line: str, letters: str, choices: Sequence[str]) -> Opt
 def _choice_in_segment(segment: str, letters: str, choices: Sequence[str]) -> Optional[str]:
     """The letter an answer segment gives (module docstring), or None."""
     match = re.match(
-        rf"[\s:*]*(?:\\text\{{)?(?:option\s+|choice\s+)?(\()?([{letters}])(?![a-zA-Z])(.*)", segment, re.I | re.S
+        rf"[\s:*$]*(?:\\(?:text|textbf|mathbf|mathrm)\{{)?(?:option\s+|choice\s+)?(\()?([{letters}])(?![a-zA-Z])(.*)",
+        segment,
+        re.I | re.S,
     )
     if match:
         opened, found, rest = match.groups()

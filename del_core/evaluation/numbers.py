@@ -98,6 +98,36 @@ def parse_number(text) -> Optional[Fraction]:
     return Fraction(number) if number.is_finite() else None
 
 
+_UNITS = re.findall(
+    r"\w+", "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen"
+) + ["seventeen", "eighteen", "nineteen"]
+_TENS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90}
+_NUMBER_WORD = re.compile(
+    r"\b(?:" + "|".join(_UNITS + list(_TENS) + ["hundred"] + list(SCALE_WORDS)) + r")(?:[\s-]+(?:and\s+)?"
+    r"(?:" + "|".join(_UNITS + list(_TENS) + ["hundred"] + list(SCALE_WORDS)) + r"))*\b",
+    re.I,
+)
+
+
+def number_from_words(text: str) -> Optional[int]:
+    """The first whole number written in words in ``text`` ("eighteen", "twenty-five", "one
+    hundred and five", "three thousand"), or None."""
+    match = _NUMBER_WORD.search(text)
+    if not match:
+        return None
+    total, current = 0, 0
+    for word in re.findall(r"[a-z]+", match.group(0).lower()):
+        if word in _UNITS:
+            current += _UNITS.index(word)
+        elif word in _TENS:
+            current += _TENS[word]
+        elif word == "hundred":
+            current = max(current, 1) * 100
+        elif word in SCALE_WORDS:
+            total, current = total + max(current, 1) * SCALE_WORDS[word], 0
+    return total + current
+
+
 def fractional_digits(text: str) -> int:
     """How many digits a number is written with after its point ("583.3333" -> 4, "18" -> 0)."""
     match = re.search(r"\.(\d+)\s*$", str(text).strip().rstrip("%"))

@@ -146,7 +146,7 @@ def test_decimal_rule(prediction, gold, expected):
 
 
 def test_corpus_has_a_third_of_the_forms_held_out():
-    assert len(FORMS) >= 15 and len(HELD_OUT_FORMS) * 3 == len(FORMS)
+    assert len(FORMS) >= 15 and len(HELD_OUT_FORMS) * 3 >= len(FORMS)
 
 
 def test_differential_grading_small_corpus(data_dir):
