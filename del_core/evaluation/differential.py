@@ -132,6 +132,28 @@ def markdown_disagreements(graded: Sequence[GradedItem], held_out: bool, limit: 
     return "\n".join(lines) or "- none"
 
 
+def markdown_grader_disagreements(graded: Sequence[GradedItem], limit: int = 40) -> str:
+    """For each grader, where it and the project disagree, by (benchmark, form, label) and by who
+    agrees with the label; the most frequent kinds first."""
+    names = sorted({n for g in graded for n in g.graders})
+    sections = []
+    for name in names:
+        counts: Counter = Counter()
+        for g in graded:
+            if g.graders[name] != g.project:
+                side = "project" if g.project == g.item.expected else name
+                counts[(g.item.benchmark, g.item.form, g.item.label, side)] += 1
+        lines = [
+            f"- {benchmark} / {form} / label {label}: {count}, {side} agrees with the label"
+            for (benchmark, form, label, side), count in counts.most_common(limit)
+        ]
+        more = len(counts) - limit
+        if more > 0:
+            lines.append(f"- ... {more} more kinds")
+        sections.append(f"### project vs {name}\n\n" + ("\n".join(lines) or "- none"))
+    return "\n\n".join(sections)
+
+
 def run_corpus(
     data_dir, benchmarks: Sequence[str], problems: int, graders: Sequence[str] = tuple(GRADERS), seed: int = 0
 ) -> list[GradedItem]:
@@ -156,5 +178,6 @@ def report(graded: Sequence[GradedItem]) -> str:
             markdown_table(agreement_table(graded)),
             "## Project vs labels, development forms\n\n" + markdown_disagreements(graded, held_out=False),
             "## Project vs labels, held-out forms\n\n" + markdown_disagreements(graded, held_out=True),
+            "## Project vs each independent grader, by kind\n\n" + markdown_grader_disagreements(graded),
         ]
     )

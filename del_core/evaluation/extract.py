@@ -233,7 +233,7 @@ def answer_from_text(text: str, kind: str, choices: Sequence[str] = (), question
     if kind == "numbers":
         return _numbers_answer(text, segment, question)
     if segment is not None:
-        return _number_in_segment(segment)
+        return in_asked_currency(_number_in_segment(segment), segment, question)
     if gives_up(text):
         return None
     found = find_numbers(_without_asides(text)) or find_numbers(text)
@@ -317,6 +317,35 @@ def segment_hedges(segment: str, kind: str, choices: Sequence[str] = ()) -> bool
             return False
         return bool(_OR.search(re.sub(r"\\text\{\s*(?!or\b)[^{}]*\}", " ", first)))
     return bool(_values_hedged(first))
+
+
+_ASKS_CENTS = re.compile(r"\bin cents\b|\bhow many cents\b", re.I)
+_DOLLARS = re.compile(r"\$|\bdollars?\b", re.I)
+
+
+def in_asked_currency(value: Optional[str], segment: str, question: str) -> Optional[str]:
+    """An amount in the unit of the currency the question asks for: "45 cents" -> "0.45" when the
+    question counts dollars; "$0.45" / "0.45 dollars" (two decimal places) -> "45" when it asks in
+    cents ("in cents", "how many cents"); anything else unchanged."""
+    if value is None or not question or parse_number(value) is None:
+        return value
+    at = segment.find(value.split(",")[0])
+    after, before = segment[at + len(value) :] if at >= 0 else "", segment[:at] if at >= 0 else ""
+    if _ASKS_CENTS.search(question):
+        cents_written = re.fullmatch(r"-?\d*\.\d\d", value)  # "$0.45"; a loose "$90" stays 90
+        if cents_written and (before.rstrip().endswith("$") or re.match(r"\s*dollars?\b", after, re.I)):
+            return _written(parse_number(value) * 100)
+    elif _DOLLARS.search(question) and re.match(r"\s*(?:cents?\b|¢)", after, re.I):
+        return _written(parse_number(value) / 100)
+    return value
+
+
+def _written(value) -> str:
+    """An exact value with a terminating decimal expansion as decimal text; others as "p/q"."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    text = f"{float(value):.12f}".rstrip("0")
+    return text if parse_number(text) == value else f"{value.numerator}/{value.denominator}"
 
 
 def _number_in_segment(segment: str) -> Optional[str]:
@@ -458,6 +487,10 @@ def _choice_in_last_line(line: str, letters: str, choices: Sequence[str]) -> Opt
 
 def _choice_in_segment(segment: str, letters: str, choices: Sequence[str]) -> Optional[str]:
     """The letter an answer segment gives (module docstring), or None."""
+    key = _option_key(_clean_segment(segment))
+    worded = [i for i, choice in enumerate(choices) if _option_key(choice) == key and len(key) > 1]
+    if len(worded) == 1:  # the segment is an option's text ("A charge per mile of $19.99"), not a letter
+        return LETTERS[worded[0]]
     match = re.match(
         rf"[\s:*$]*(?:\\(?:text|textbf|mathbf|mathrm)\{{)?(?:option\s+|choice\s+)?(\()?([{letters}])(?![a-zA-Z])(.*)",
         segment,

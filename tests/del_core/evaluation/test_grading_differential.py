@@ -13,7 +13,7 @@ from del_core.evaluation.differential import agreement_table, run_corpus
 from del_core.evaluation.extract import answer_from_program_output, answer_from_text
 from del_core.evaluation.grading_corpus import FORMS, HELD_OUT_FORMS
 from del_core.evaluation.math_equivalence import inequality_as_interval, math_equivalent
-from del_core.evaluation.numbers import find_numbers, numbers_match, parse_number, repeating_value
+from del_core.evaluation.numbers import find_numbers, number_from_words, numbers_match, parse_number, repeating_value
 from del_core.evaluation.scoring import is_correct
 
 CHOICE = Record("aqua", 0, "q", "C", "choice", ("12", "15", "18", "20", "None of these"))
@@ -39,6 +39,12 @@ SIMULEQ = Record("simuleq", 0, "How many x? How many y?", ["4"], "numbers")
         ("The answer is $\\frac{3}{4}$ or $\\frac{1}{2}$.", MATH),
         ("\\boxed{\\frac12} \\boxed{\\frac34}", MATH),
         ("$\\boxed{5}$ or $\\boxed{4}$", SIMULEQ),
+        ("The answer is 18 (or possibly 19).", NUMBER),
+        ("The answer is between 18 and 19.", NUMBER),
+        ("The answer is between $\\frac34$ and $1$.", MATH),
+        ("The answer is (C), or possibly (D).", CHOICE),
+        ("The answer is between (C) and (D).", CHOICE),
+        ("The answer is 4 (or possibly 5).", SIMULEQ),
     ],
 )
 def test_a_hedge_is_no_answer(output, record):
@@ -100,6 +106,9 @@ def test_plain_spaces_join_digit_groups_only_in_an_answer_statement():
         ("18\nThat is the answer.\n", "number", "18", True),
         ("3/4\nDone.\n", "math", "\\frac34", True),
         ("{x: 4, y: 6}\n", "numbers", ["4"], True),
+        ("3 + 5*I\n", "math", "3+5i", True),
+        ("Union(Interval.open(-oo, -4), Interval.open(6, oo))\n", "math", "(-\\infty,-4)\\cup(6,\\infty)", True),
+        ("Eq(x, 3)\n", "math", "3", True),
     ],
 )
 def test_program_output_forms(stdout, kind, gold, expected):
@@ -120,6 +129,54 @@ def test_inequalities_answer_intervals(inequality, interval):
     assert inequality_as_interval(inequality) == interval
     assert math_equivalent(inequality, interval)
     assert not math_equivalent("2 \\le x \\le 5", "(2,5]")
+
+
+@pytest.mark.parametrize(
+    "output, record, expected",
+    [
+        ("The answer is eighteen.", NUMBER, True),
+        ("The answer is twenty.", NUMBER, False),
+        ("The answer is four.", SIMULEQ, True),
+        ("The answer is $\\textbf{(C)}$.", CHOICE, True),
+        ("The answer is $\\$18$.", Record("math", 0, "q", "18", "math"), True),
+        ("The answer is \u221218.", Record("gsm8k", 0, "q", "-18", "number"), True),
+        ("The answer is \u22124.", Record("simuleq", 0, "q", ["-4"], "numbers"), True),
+        ("We add 9 and 18.\nThere is not enough information to determine the answer.", NUMBER, False),
+        ("The answer is 18.\nWait, I made an error. The answer is 19.", NUMBER, False),
+    ],
+)
+def test_answer_forms(output, record, expected):
+    answer = answer_from_text(output, record.kind, record.choices, record.question)
+    assert is_correct(answer, record) is expected
+
+
+@pytest.mark.parametrize(
+    "words, value",
+    [("eighteen", 18), ("twenty-five", 25), ("one hundred and five", 105), ("three thousand", 3000)]
+    + [("so it is zero", 0), ("none of them", None)],
+)
+def test_number_from_words(words, value):
+    assert number_from_words(words) == value
+
+
+@pytest.mark.parametrize(
+    "output, question, expected",
+    [
+        ("The answer is 45 cents.", "A pen costs $0.45 and ... How much does it cost?", "0.45"),
+        ("The answer is $0.45.", "How many cents does it cost?", "45"),
+        ("The answer is 0.45 dollars.", "What is the cost, in cents?", "45"),
+        ("The answer is 45.", "A pen costs $0.45. How much?", "45"),
+    ],
+)
+def test_amounts_in_the_currency_unit_asked_for(output, question, expected):
+    assert answer_from_text(output, "number", (), question) == expected
+
+
+def test_an_option_text_starting_with_a_is_no_letter():
+    record = Record("sat", 0, "q", "B", "choice", ("A charge per mile of $0.50", "A fixed fee of $19.99"))
+    assert answer_from_text("The answer is A fixed fee of $19.99", "choice", record.choices) == "B"
+    assert answer_from_text("The answer is A charge per mile of $0.50", "choice", record.choices) == "A"
+    assert answer_from_text("The answer is A, since the fee is fixed.", "choice", record.choices) == "A"
 
 
 def test_answer_first_then_its_working():
