@@ -4,32 +4,44 @@ choice: unanswered; there is no default letter).
 
 Text answers (:func:`answer_from_text`). The answer segment is the last ``\\boxed{..}``, else
 what follows the last "answer is", "answer:" or "####" (markdown bold around it ignored).
-  * number: a hedge in the segment ("18 or 20") is no answer; a leading arithmetic chain is
-    skipped to its result ("9 * 2 = 18" -> 18); "- 10" is -10; then the segment's first number.
-    Without a segment: the text's last number.
+Hedges, on every kind (docs/grading.md): an output boxing two different answers is no answer
+(numbers: boxes are the unknowns, so only boxes joined by "or" / "maybe"); so is a segment that
+joins two different letters by "or", "and", "and/or", "/", "or maybe" ("A or C", "(A) or (C)"), or
+two different values by "or", "either", "possibly", "maybe", "perhaps" or after "between"
+("18 (or possibly 19)", "between 18 and 19"). An option's own words are no hedge or elimination.
+  * number: a leading arithmetic chain is skipped to its result ("9 * 2 = 18" -> 18); "- 10" is
+    -10; then the segment's first number (plain-space thousands "118 000" read as one number;
+    "eighteen" when it has no digits; an amount in cents / dollars converted to the currency unit
+    the question asks for). Without a segment: the text's last number outside parenthesised
+    working ("$18 every day (she sells 9 eggs at $2 each)" -> 18); a last line that gives up
+    ("cannot", "not enough information") is no answer.
   * numbers (SimulEq, the unknowns in the question's order): the sentence with two or more boxes
     (one number each), else the segment, else the last sentence that has numbers: when that
     sentence assigns ("x = 4, y = 6"), the last run of assignments (each unknown's last value, in
     the order stated); otherwise its numbers, ordered by the names the question asks for
     (:mod:`del_core.evaluation.unknowns`: "9 poets and 15 novelists" answers "How many novelists
     ..? How many poets ..?" with 15, 9). A hedge ("30 or 32") is no answer.
-  * math: the segment up to the end of its sentence (its first ``$..$`` when it starts with one),
+  * math: the segment up to the end of its sentence (its first ``$..$`` when it starts with one or
+    with words, "The result comes to $x$."; an escaped ``\\$`` is a currency sign),
     else the whole output when it is one line, else the last ``$..$`` of the last line, else the
     text's last number (a segment whose braces are open runs on to the line where they close).
-  * choice, from the segment: a letter at its start ("(B)", "B", "b.", "Option B", "B) 12"; a
-    lowercase letter only when nothing but punctuation follows, so "a number" is not A), an
-    "option (B)" / "choice B" in it, an option text it equals (case, spaces, "$" and dash kinds
-    aside), or its number when that is the one number of exactly one option ("12.5 hours" for
-    "12.5", "144 km" for "144km"). Without a segment: "Option B is correct", "B is (the) correct
-    (answer)", "the correct option is (B)" anywhere (the last one); else an output or last line
-    that is only a letter ("(B)", "**B**"); else the last line as a final statement: starting with
-    a letter ("A) 438", "D: ..", "Option B"), naming exactly one "(C)", containing the text of
-    exactly one option ("Its maximum occurs at (3, a)."), or ending in the one number of exactly
-    one option ("They leave together after 272 minutes."). A last line naming several letters (an
-    echoed option list), hedging or eliminating ("not", "wrong", "maybe") is no answer; so is a
-    segment that does not parse.
-Program output: the last non-empty line (number: its last number; math: the line, with the lines
-before it when its braces close an earlier line's; choice: read as text);
+  * choice, from the segment: an option's exact text ("A charge per mile" is that option, not A), a
+    letter at its start ("(B)", "B", "b.", "Option B", "B) 12", ``$\\textbf{(B)}$``; a lowercase
+    letter only when nothing but punctuation follows, so "a number" is not A), an "option (B)" /
+    "choice B" in it, an option text it equals (case, spaces, "$" and dash kinds aside), or its
+    number when that is the one number of exactly one option ("12.5 hours" for "12.5", "144 km" for
+    "144km"); "the correct option is B" in it. Without a segment: "Option B is correct", "B is (the)
+    correct (answer)", "the correct option is (B)" anywhere (the last one); else an output or last
+    line that is only a letter ("(B)", "**B**"); else the last line as a final statement: starting
+    with a letter ("A) 438", "D: ..", "Option B"), naming exactly one "(C)", containing the text of
+    exactly one option ("Its maximum occurs at (3, a)."), or ending in the one number of exactly one
+    option ("They leave together after 272 minutes."). A last line naming several letters (an echoed
+    option list), hedging or eliminating ("not", "wrong", "maybe") is no answer; so is a segment
+    that does not parse.
+Program output: the last non-empty line that is not a label of words ("Done.", "That is the
+answer."): number: its last number; math: the line, with the lines before it when its braces close
+an earlier line's, without a printed label ("answer: ", "x = ") and sympy's printing read as LaTeX
+(:func:`sympy_as_latex`: "9*pi", "Interval.Lopen(2, 5)"); choice: read as text;
 numbers: the numbers of the last line that has any, or every line's number when each printed line
 holds exactly one.
 """
@@ -46,6 +58,7 @@ from del_core.evaluation.benchmarks import LETTERS, boxed_spans, last_boxed
 from del_core.evaluation.math_equivalence import inequality_as_interval
 from del_core.evaluation.numbers import (
     NUMBER_PATTERN,
+    decimal_text,
     find_numbers,
     number_from_words,
     numbers_match,
@@ -334,18 +347,10 @@ def in_asked_currency(value: Optional[str], segment: str, question: str) -> Opti
     if _ASKS_CENTS.search(question):
         cents_written = re.fullmatch(r"-?\d*\.\d\d", value)  # "$0.45"; a loose "$90" stays 90
         if cents_written and (before.rstrip().endswith("$") or re.match(r"\s*dollars?\b", after, re.I)):
-            return _written(parse_number(value) * 100)
+            return decimal_text(parse_number(value) * 100)
     elif _DOLLARS.search(question) and re.match(r"\s*(?:cents?\b|¢)", after, re.I):
-        return _written(parse_number(value) / 100)
+        return decimal_text(parse_number(value) / 100)
     return value
-
-
-def _written(value) -> str:
-    """An exact value with a terminating decimal expansion as decimal text; others as "p/q"."""
-    if value.denominator == 1:
-        return str(value.numerator)
-    text = f"{float(value):.12f}".rstrip("0")
-    return text if parse_number(text) == value else f"{value.numerator}/{value.denominator}"
 
 
 def _number_in_segment(segment: str) -> Optional[str]:

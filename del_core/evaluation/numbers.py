@@ -10,12 +10,18 @@ prediction to an integer for integer golds and accepts 4% relative error otherwi
     prediction written as a fraction, or with at least k + 2 fractional digits, matches when it
     rounds to the gold there, |p - g| <= 0.5 * 10**-k ("583.3333333333334" and "583 1/3" for
     "583.3333", "28.0833" for "28.08").
-    A prediction written with k + 1 or fewer digits is a different value of about the same
-    precision and must be equal: "0.25" is not "0.3", "1.75" is not "1.8", "583.33" is not
-    "583.3333". A fixed relative tolerance fails both ways on these files (1e-4 accepts 53333.8
-    for 266664/5 = 53332.8 and rejects 28.0833 for 28.08).
-Thousands commas ("1,234"), a leading "$", simple fractions ("3/4", ``\\frac{3}{4}``) and mixed
-numbers ("583 1/3") parse.
+    A gold that is the rounding of a repeating decimal (:func:`repeating_value`: "583.3333" is
+    1750/3, "0.6667" is 2/3, "83.33" is 250/3) also accepts that value's rounding to 2 or more
+    places ("583.33", "0.67", "83.333"): the files themselves round such values to 2 places.
+    Any other prediction written with k + 1 or fewer digits is a different value of about the
+    same precision and must be equal: "0.25" is not "0.3", "1.75" is not "1.8", "583.3" is not
+    "583.3333", "0.455" is not "0.45". A fixed relative tolerance fails both ways on these files
+    (1e-4 accepts 53333.8 for 266664/5 = 53332.8 and rejects 28.0833 for 28.08).
+Forms (the contract of docs/number_forms.md): thousands commas ("1,234"), LaTeX and thin-space
+separators ("1{,}450{,}000", "1\\,450"), plain-space groups in an answer statement
+(:func:`spaced_thousands`), scale words ("1.45 million"), a leading "$", a final "%", simple
+fractions ("3/4", ``\\frac{3}{4}``), mixed numbers ("583 1/3") and, in answer statements,
+numbers in words (:func:`number_from_words`).
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ _LATEX_FRACTION = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(\d+)\}$")
 
 
 def find_numbers(text: str) -> list[str]:
-    """The numbers written in ``text``, in order, as written (commas kept)."""
+    """The numbers written in ``text``, in order, as written (thousands separators as commas)."""
     text = re.sub(r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", r"\1/\2", text)
     return [m.group(0) for m in NUMBER_PATTERN.finditer(thousands_with_commas(text.replace("\u2212", "-")))]
 
@@ -126,6 +132,14 @@ def number_from_words(text: str) -> Optional[int]:
         elif word in SCALE_WORDS:
             total, current = total + max(current, 1) * SCALE_WORDS[word], 0
     return total + current
+
+
+def decimal_text(value: Fraction) -> str:
+    """An exact value as decimal text when it terminates (9/20 -> "0.45", 45 -> "45"), else "p/q"."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    text = f"{float(value):.12f}".rstrip("0")
+    return text if parse_number(text) == value else f"{value.numerator}/{value.denominator}"
 
 
 def fractional_digits(text: str) -> int:
