@@ -302,13 +302,37 @@ def _values_hedged(statement: str) -> bool:
     found = list(NUMBER_PATTERN.finditer(text))
     values = [parse_number(m.group(0)) for m in found]
     for i in range(len(found) - 1):
-        if values[i] == values[i + 1]:
+        if values[i] == values[i + 1] or _same_in_percent(text, found[i], found[i + 1]):
             continue
         if _HEDGE_WORDS.search(text[found[i].end() : found[i + 1].start()]):
             return True
         if re.search(r"\bbetween\b", text[: found[i].start()], re.I):
             return True
     return False
+
+
+def _same_in_percent(text: str, a: re.Match, b: re.Match) -> bool:
+    """Whether two numbers are one value, once as a percentage ("50%, or 0.5")."""
+    p, q = parse_number(a.group(0)), parse_number(b.group(0))
+    if p is None or q is None:
+        return False
+    a_percent = text[a.end() :].lstrip().startswith(("%", "\\%", "percent"))
+    b_percent = text[b.end() :].lstrip().startswith(("%", "\\%", "percent"))
+    return (a_percent and p == 100 * q) or (b_percent and q == 100 * p)
+
+
+_RULED_OUT = re.compile(r"\)?\s*(?:is|are)\s+(?:not\b|wrong|incorrect|ruled out|eliminated)|\)?\s*(?:is|are)n't", re.I)
+
+
+def solution_set(segment: str) -> Optional[str]:
+    """The values of "x = 2 or x = 3" (one variable, every part an equation) as the list "2, 3",
+    or None: a solution set written as alternatives, not a hedge."""
+    text = re.sub(r"\\text\{\s*(or|and)\s*\}", r" \1 ", segment.replace("$", "")).strip().rstrip(".")
+    parts = re.split(r"\s*(?:,\s*)?\b(?:or|and)\b\s*|\s*,\s*", text)
+    found = [re.fullmatch(r"\s*([a-zA-Z])\s*=\s*([^=]+?)\s*", part) for part in parts]
+    if len(found) < 2 or not all(found) or len({m.group(1) for m in found}) > 1:
+        return None
+    return ", ".join(m.group(2) for m in found)
 
 
 def segment_hedges(segment: str, kind: str, choices: Sequence[str] = ()) -> bool:
@@ -322,11 +346,13 @@ def segment_hedges(segment: str, kind: str, choices: Sequence[str] = ()) -> bool
             first = first.replace(choice, " ") if len(choice) > 3 else first
         found = list(re.finditer(rf"(?<![A-Za-z])\(?([{letters}])\)?(?![A-Za-z])", first))
         return any(
-            a.group(1) != b.group(1) and _LETTER_JOIN.fullmatch(first[a.end() : b.start()])
+            a.group(1) != b.group(1)
+            and _LETTER_JOIN.fullmatch(first[a.end() : b.start()])
+            and not _RULED_OUT.match(first[b.end() :])  # "C, and D is wrong": an elimination
             for a, b in zip(found, found[1:])
         )
-    if kind == "math":  # "x < -8 or x > 8" is one answer: a union of intervals
-        if inequality_as_interval(_clean_segment(first)) is not None:
+    if kind == "math":  # "x < -8 or x > 8" is one answer (a union); so is "x = 2 or x = 3" (a set)
+        if inequality_as_interval(_clean_segment(first)) is not None or solution_set(first) is not None:
             return False
         return bool(_OR.search(re.sub(r"\\text\{\s*(?!or\b)[^{}]*\}", " ", first)))
     return bool(_values_hedged(first))
@@ -422,6 +448,9 @@ def _last_assignments(text: str) -> list[str]:
 def _math_answer(text: str, segment: Optional[str]) -> Optional[str]:
     if segment is not None:
         segment = segment.replace("\\$", "")  # a currency sign, not a math delimiter
+        solutions = solution_set(re.split(r"\.\s+(?=[A-Z])", segment)[0])
+        if solutions is not None:
+            return solutions
         dollars = re.match(r"\s*\$([^$]+)\$", segment) or re.match(r"[A-Za-z ,:]*?\$([^$]+)\$", segment)
         if dollars:
             return _clean_segment(dollars.group(1)) or None

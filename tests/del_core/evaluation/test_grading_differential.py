@@ -59,6 +59,11 @@ def test_a_hedge_is_no_answer(output, record):
         ("Answer: The correct option is C", CHOICE, "C"),
         ("\\boxed{C} and again \\boxed{C}", CHOICE, "C"),
         ("Solving: so \\boxed{4} and \\boxed{6}.", SIMULEQ, ["4", "6"]),
+        ("The answer is C, and D is wrong.", CHOICE, "C"),
+        ("The answer is 18, or 1800% of 1.", NUMBER, "18"),
+        ("The answer is 50%, or 0.5 of the total.", NUMBER, "50"),
+        ("The answer is $x = 2$ or $x = -3$.", MATH, "2, -3"),
+        ("\\boxed{x = 2 \\text{ or } x = 3}", MATH, "2, 3"),
     ],
 )
 def test_echoes_and_eliminations_are_no_hedge(output, record, expected):
