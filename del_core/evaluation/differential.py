@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Optional
 
 from del_core.evaluation.benchmarks import BENCHMARKS, Record
 from del_core.evaluation.extract import answer_from_program_output, answer_from_text
@@ -119,7 +120,7 @@ def markdown_table(rows: Sequence[AgreementRow]) -> str:
     return "\n".join(lines)
 
 
-def markdown_disagreements(graded: Sequence[GradedItem], held_out: bool, limit: int = 60) -> str:
+def markdown_disagreements(graded: Sequence[GradedItem], held_out: bool, limit: Optional[int] = None) -> str:
     """The project's disagreements with the labels by kind, for one split, with an example each."""
     part = [g for g in graded if g.item.held_out == held_out]
     lines = []
@@ -132,7 +133,7 @@ def markdown_disagreements(graded: Sequence[GradedItem], held_out: bool, limit: 
     return "\n".join(lines) or "- none"
 
 
-def markdown_grader_disagreements(graded: Sequence[GradedItem], limit: int = 40) -> str:
+def markdown_grader_disagreements(graded: Sequence[GradedItem], limit: Optional[int] = None) -> str:
     """For each grader, where it and the project disagree, by (benchmark, form, label) and by who
     agrees with the label; the most frequent kinds first."""
     names = sorted({n for g in graded for n in g.graders})
@@ -147,7 +148,7 @@ def markdown_grader_disagreements(graded: Sequence[GradedItem], limit: int = 40)
             f"- {benchmark} / {form} / label {label}: {count}, {side} agrees with the label"
             for (benchmark, form, label, side), count in counts.most_common(limit)
         ]
-        more = len(counts) - limit
+        more = len(counts) - limit if limit is not None else 0
         if more > 0:
             lines.append(f"- ... {more} more kinds")
         sections.append(f"### project vs {name}\n\n" + ("\n".join(lines) or "- none"))

@@ -220,3 +220,26 @@ def test_differential_grading_small_corpus(data_dir):
         assert row.hedges > 0 and row.hedges_scored_right == 0, row
         if row.split == "held-out":
             assert row.project_vs_label <= 0.02 * row.n, row
+
+
+def _recipe():
+    import importlib.util
+
+    from helpers.shared import REPO
+
+    spec = importlib.util.spec_from_file_location("grade_corpus", REPO / "recipes" / "grade_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_recipe_writes_the_report(data_dir, tmp_path, capsys):
+    out = tmp_path / "report.md"
+    argv = ["--data-dir", str(data_dir), "--benchmarks", "gsm8k", "--problems", "3", "--graders", "strict"]
+    assert _recipe().main(argv + ["--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| gsm8k | development | 63 | 0 (0.0%) | 0/12 |" in text
+    assert "| gsm8k | held-out | 33 | 0 (0.0%) | 0/6 |" in text
+    assert "### project vs strict" in text
+    assert _recipe().main(argv[:4] + ["--graders", "nope"]) == 2
+    assert "unknown grader(s) ['nope']" in capsys.readouterr().err
