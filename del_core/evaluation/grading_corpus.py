@@ -523,6 +523,85 @@ def form_refusal(record, wrong, pool):
     return Rendering(f"{_working(record)}\nThere is not enough information to determine the answer.", "no_answer")
 
 
+# forms held out in the third round (written after the second round's rules; scored once, blind)
+
+
+def form_hedge_no_phrase(record, wrong, pool):
+    """Two values in a final sentence without an answer phrase, the gold last."""
+    if record.kind == "choice":
+        gold, _, other, _ = _choice_parts(record)
+        return Rendering(f"{_working(record)}\nIt could be ({other}), or it could be ({gold}).", "hedge")
+    if record.kind == "math":
+        return Rendering(f"{_working(record)}\nIt could be ${wrong}$, or it could be ${_gold_text(record)}$.", "hedge")
+    return Rendering(f"{_working(record)}\nIt could be {wrong}, or it could be {_gold_text(record)}.", "hedge")
+
+
+def form_range(record, wrong, pool):
+    """A range of values: a hedge."""
+    value = _plain_value(record)
+    if record.kind == "choice":
+        gold, _, other, _ = _choice_parts(record)
+        low, high = sorted((gold, other))
+        return Rendering(f"{_working(record)}\nThe answer is somewhere in ({low})-({high}).", "hedge")
+    if value is None:
+        return Rendering(f"{_working(record)}\nThe answer is ${_gold_text(record)}$ to ${wrong}$.", "hedge")
+    return Rendering(f"{_working(record)}\nThe answer is {_written(value)}-{_written(value + 2)}.", "hedge")
+
+
+def form_math_decimal(record, wrong, pool):
+    """A fraction gold as a decimal: exact when it terminates (right), 3 places otherwise (wrong)."""
+    match = re.fullmatch(r"(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}", _gold_text(record).strip())
+    if record.kind != "math" or not match:
+        return form_answer_is(record, wrong, pool)
+    value = Fraction(int(match.group(2)), int(match.group(3))) * (-1 if match.group(1) else 1)
+    rest = value.denominator
+    for prime in (2, 5):
+        while rest % prime == 0:
+            rest //= prime
+    if rest == 1:
+        return Rendering(f"{_working(record)}\nThe answer is {_written(value)}.", "right")
+    return Rendering(f"{_working(record)}\nThe answer is {_decimal(value, 3)}.", "wrong")
+
+
+def form_cents(record, wrong, pool):
+    """A dollar amount given in cents when the question counts dollars."""
+    value = _plain_value(record)
+    money = "$" in record.question and "cent" not in record.question.lower()
+    if record.kind != "number" or value is None or not money:
+        return form_answer_is(record, wrong, pool)
+    return Rendering(f"{_working(record)}\nThe answer is {_written(value * 100)} cents.", "right")
+
+
+def form_answer_then_check(record, wrong, pool):
+    if record.kind == "choice":
+        return Rendering(f"The answer is ({record.gold}).\nCheck: 2 + 3 = 5 and 7 - 4 = 3, consistent.", "right")
+    return Rendering(f"The answer is {_gold_text(record)}.\nCheck: 2 + 3 = 5 and 7 - 4 = 3, consistent.", "right")
+
+
+def form_lowercase_letter(record, wrong, pool):
+    if record.kind == "choice":
+        return Rendering(f"{_working(record)}\nthe answer is ({record.gold.lower()})", "right")
+    return Rendering(f"{_working(record)}\nthe answer is {_gold_text(record)}", "right")
+
+
+def form_program_list(record, wrong, pool):
+    """A program printing a one-element list (sympy's solve, a list comprehension)."""
+    if record.kind == "choice":
+        return Rendering(f"['{record.gold}']\n", "right", "program")
+    value = _plain_value(record)
+    if value is not None:
+        return Rendering(f"[{_written(value)}]\n", "right", "program")
+    text = _sympy_text(_gold_text(record))
+    return Rendering(f"[{text or _gold_text(record)}]\n", "right", "program")
+
+
+def form_wrong_sign(record, wrong, pool):
+    value = _plain_value(record)
+    if record.kind == "choice" or value is None or value == 0:
+        return form_wrong_value(record, wrong, pool)
+    return Rendering(f"{_working(record)}\nThe answer is {_written(-value)}.", "wrong")
+
+
 Form = Callable[[Record, str, Sequence[Record]], Rendering]
 DEVELOPMENT_FORMS: dict[str, Form] = {
     "answer_is": form_answer_is,
@@ -559,7 +638,16 @@ HELD_OUT_FORMS: dict[str, Form] = {
     "correction": form_correction,
     "number_words": form_number_words,
     "refusal": form_refusal,
+    "hedge_no_phrase": form_hedge_no_phrase,
+    "range": form_range,
+    "math_decimal": form_math_decimal,
+    "cents": form_cents,
+    "answer_then_check": form_answer_then_check,
+    "lowercase_letter": form_lowercase_letter,
+    "program_list": form_program_list,
+    "wrong_sign": form_wrong_sign,
 }
+ROUND_3_FORMS = tuple(list(HELD_OUT_FORMS)[-8:])  # scored once blind (docs/grading.md)
 FORMS: dict[str, Form] = {**DEVELOPMENT_FORMS, **HELD_OUT_FORMS}
 
 
