@@ -118,6 +118,7 @@ def answer_from_program_output(stdout: str, kind: str, choices: Sequence[str] = 
     lines = [line.strip() for line in stdout.strip().splitlines() if line.strip()]
     while len(lines) > 1 and _LABEL_LINE.fullmatch(lines[-1]):  # "Done.", "That is the answer."
         lines.pop()
+    lines = [_PRINTED_LIST.sub(_list_elements, line) for line in lines]
     if not lines:
         return None
     if kind == "numbers":
@@ -139,6 +140,14 @@ def answer_from_program_output(stdout: str, kind: str, choices: Sequence[str] = 
 
 # a printed line that is a label, not a value: words only, a sentence (two words, or a final ".!:")
 _LABEL_LINE = re.compile(r"[A-Za-z][A-Za-z' ,-]*(?:[A-Za-z] [A-Za-z][A-Za-z' ,-]*[.!:]?|[.!:])")
+# a printed Python list or one-element tuple: "[2, -3]", "['C']", "(18,)" -> its elements
+_PRINTED_LIST = re.compile(r"^\[([^\[\]]*)\]$|^\(([^()]*),\)$")
+
+
+def _list_elements(match: re.Match) -> str:
+    return (match.group(1) if match.group(1) is not None else match.group(2)).replace("'", "").replace('"', "")
+
+
 _PRINTED_LABEL = re.compile(r"^(?:[A-Za-z][A-Za-z ]*:|[A-Za-z_]\w*\s*=(?!=))\s*")  # "answer: ", "total = "
 _SYMPY_MARKS = re.compile(r"\*|\bEq\(|\bUnion\(|\bpi\b|\bsqrt\(|\boo\b|\bInterval\b|\bI\b|\bE\b")
 
@@ -239,6 +248,8 @@ def answer_from_text(text: str, kind: str, choices: Sequence[str] = (), question
     segment = answer_segment(text)
     if segment is not None and segment_hedges(segment, kind, choices):
         return None
+    if segment is None and final_statement_hedges(text, kind):
+        return None
     if kind == "choice":
         return _choice(text, segment, choices)
     if kind == "math":
@@ -304,11 +315,53 @@ def _values_hedged(statement: str) -> bool:
     for i in range(len(found) - 1):
         if values[i] == values[i + 1] or _same_in_percent(text, found[i], found[i + 1]):
             continue
-        if _HEDGE_WORDS.search(text[found[i].end() : found[i + 1].start()]):
+        between = text[found[i].end() : found[i + 1].start()]
+        if _HEDGE_WORDS.search(between):
+            return True
+        ascending = values[i] is not None and values[i + 1] is not None and values[i] < values[i + 1]
+        if _RANGE_DASH.fullmatch(between) and ascending:  # "18-20": a range; "20-2" is a subtraction
             return True
         if re.search(r"\bbetween\b", text[: found[i].start()], re.I):
             return True
     return False
+
+
+_RANGE_DASH = re.compile(r"-|\s*[\u2013\u2014]\s*")
+# what joins two $..$ values of a hedge: "$3$, or it could be $2$", "$a$ to $b$", "$a$ - $b$"
+_SPAN_JOIN = re.compile(r".*\b(?:or|either|maybe|perhaps|possibly)\b.*|\s*(?:to|-|\u2013|\u2014)\s*", re.I | re.S)
+
+
+def _spans_hedged(statement: str) -> bool:
+    """Whether two different ``$..$`` values of a statement are joined as alternatives or a range."""
+    spans = list(re.finditer(r"\$([^$]+)\$", statement))
+    return any(
+        re.sub(r"\s", "", a.group(1)) != re.sub(r"\s", "", b.group(1))
+        and _SPAN_JOIN.fullmatch(statement[a.end() : b.start()])
+        for a, b in zip(spans, spans[1:])
+    )
+
+
+def _plain_range(segment: str) -> bool:
+    """Whether a segment is only a range of two numbers, "18-20" or "$-2$–$0$"."""
+    match = re.fullmatch(
+        r"[\s$]*(-?\d+(?:\.\d+)?)\$?\s*(?:-|\u2013|\u2014|\bto\b)\s*\$?(-?\d+(?:\.\d+)?)[\s$.]*", segment
+    )
+    return bool(match) and parse_number(match.group(1)) < parse_number(match.group(2))
+
+
+def final_statement_hedges(text: str, kind: str) -> bool:
+    """Without an answer segment: whether the final line commits to two values ("It could be 19,
+    or it could be 18.", "$3$ or $2$"); multiple choice reads its last line on its own."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if not lines or kind == "choice":
+        return False
+    if kind == "math":
+        start = len(lines) - 1
+        while start > 0 and "\n".join(lines[start:]).count("$") % 2:  # a $..$ broken over lines
+            start -= 1
+        return _spans_hedged("\n".join(lines[start:]))
+    sentences = [sentence for sentence in _SENTENCE_END.split(lines[-1]) if find_numbers(sentence)]
+    return bool(sentences) and _values_hedged(sentences[-1])
 
 
 def _same_in_percent(text: str, a: re.Match, b: re.Match) -> bool:
@@ -354,7 +407,11 @@ def segment_hedges(segment: str, kind: str, choices: Sequence[str] = ()) -> bool
     if kind == "math":  # "x < -8 or x > 8" is one answer (a union); so is "x = 2 or x = 3" (a set)
         if inequality_as_interval(_clean_segment(first)) is not None or solution_set(first) is not None:
             return False
-        return bool(_OR.search(re.sub(r"\\text\{\s*(?!or\b)[^{}]*\}", " ", first)))
+        return (
+            _spans_hedged(first)
+            or _plain_range(first)
+            or bool(_OR.search(re.sub(r"\\text\{\s*(?!or\b)[^{}]*\}", " ", first)))
+        )
     return bool(_values_hedged(first))
 
 
@@ -381,11 +438,11 @@ def in_asked_currency(value: Optional[str], segment: str, question: str) -> Opti
 
 def _number_in_segment(segment: str) -> Optional[str]:
     """The one number a segment answers with (see the module docstring)."""
-    if _values_hedged(_SENTENCE_END.split(segment)[0]):
-        return None
     segment = spaced_thousands(re.sub(r"^([\s$*]*)-\s+(?=\d)", r"\1-", segment))
     while chain := _ARITHMETIC_CHAIN.match(segment):
         segment = segment[chain.end() :]
+    if _values_hedged(_SENTENCE_END.split(segment)[0]):
+        return None
     found = find_numbers(segment)
     if not found:
         worded = number_from_words(_SENTENCE_END.split(segment)[0])

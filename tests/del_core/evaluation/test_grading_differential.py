@@ -45,6 +45,11 @@ SIMULEQ = Record("simuleq", 0, "How many x? How many y?", ["4"], "numbers")
         ("The answer is (C), or possibly (D).", CHOICE),
         ("The answer is between (C) and (D).", CHOICE),
         ("The answer is 4 (or possibly 5).", SIMULEQ),
+        ("We add them.\nIt could be 19, or it could be 18.", NUMBER),
+        ("We add them.\nIt could be $\\frac12$, or it could be $\\frac34$.", MATH),
+        ("The answer is 18-20.", NUMBER),
+        ("The answer is 4\u20136.", SIMULEQ),
+        ("The answer is $\\frac12$ to $\\frac34$.", MATH),
     ],
 )
 def test_a_hedge_is_no_answer(output, record):
@@ -63,6 +68,8 @@ def test_a_hedge_is_no_answer(output, record):
         ("The answer is 18, or 1800% of 1.", NUMBER, "18"),
         ("The answer is 50%, or 0.5 of the total.", NUMBER, "50"),
         ("The answer is $x = 2$ or $x = -3$.", MATH, "2, -3"),
+        ("The answer is 20-2 = 18.", NUMBER, "18"),
+        ("The answer is $x^2-4$.", MATH, "x^2-4"),
         ("\\boxed{x = 2 \\text{ or } x = 3}", MATH, "2, 3"),
     ],
 )
@@ -114,6 +121,9 @@ def test_plain_spaces_join_digit_groups_only_in_an_answer_statement():
         ("3 + 5*I\n", "math", "3+5i", True),
         ("Union(Interval.open(-oo, -4), Interval.open(6, oo))\n", "math", "(-\\infty,-4)\\cup(6,\\infty)", True),
         ("Eq(x, 3)\n", "math", "3", True),
+        ("[18]\n", "number", "18", True),
+        ("(18,)\n", "number", "18", True),
+        ("[2, -3]\n", "math", "-3, 2", True),
     ],
 )
 def test_program_output_forms(stdout, kind, gold, expected):
@@ -184,6 +194,10 @@ def test_an_option_text_starting_with_a_is_no_letter():
     assert answer_from_text("The answer is A, since the fee is fixed.", "choice", record.choices) == "A"
 
 
+def test_a_printed_list_of_one_letter():
+    assert answer_from_program_output("['C']\n", "choice", CHOICE.choices) == "C"
+
+
 def test_answer_first_then_its_working():
     output = "She sells 9 eggs.\nShe makes $18 every day (she sells 9 eggs at $2 each)."
     assert answer_from_text(output, "number") == "18"
@@ -239,7 +253,7 @@ def test_recipe_writes_the_report(data_dir, tmp_path, capsys):
     assert _recipe().main(argv + ["--out", str(out)]) == 0
     text = out.read_text()
     assert "| gsm8k | development | 63 | 0 (0.0%) | 0/12 |" in text
-    assert "| gsm8k | held-out | 33 | 0 (0.0%) | 0/6 |" in text
+    assert "| gsm8k | held-out | 57 | 0 (0.0%) | 0/12 |" in text
     assert "### project vs strict" in text
     assert _recipe().main(argv[:4] + ["--graders", "nope"]) == 2
     assert "unknown grader(s) ['nope']" in capsys.readouterr().err
