@@ -140,12 +140,19 @@ def answer_from_program_output(stdout: str, kind: str, choices: Sequence[str] = 
 
 # a printed line that is a label, not a value: words only, a sentence (two words, or a final ".!:")
 _LABEL_LINE = re.compile(r"[A-Za-z][A-Za-z' ,-]*(?:[A-Za-z] [A-Za-z][A-Za-z' ,-]*[.!:]?|[.!:])")
-# a printed Python list or one-element tuple: "[2, -3]", "['C']", "(18,)" -> its elements
-_PRINTED_LIST = re.compile(r"^\[([^\[\]]*)\]$|^\(([^()]*),\)$")
+# a printed one-element list or tuple: "['C']", "[18]", "[Eq(x, 3)]", "(18,)" -> its element
+# (a top-level comma is kept: "[-3,2]" may be an interval)
+_PRINTED_LIST = re.compile(r"^\[(.*)\]$|^\((.*),\)$")
 
 
 def _list_elements(match: re.Match) -> str:
-    return (match.group(1) if match.group(1) is not None else match.group(2)).replace("'", "").replace('"', "")
+    element = match.group(1) if match.group(1) is not None else match.group(2)
+    depth = 0
+    for char in element:
+        depth += {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}.get(char, 0)
+        if depth < 0 or (char == "," and depth == 0):
+            return match.group(0)
+    return element.strip().strip("'\"") if depth == 0 else match.group(0)
 
 
 _PRINTED_LABEL = re.compile(r"^(?:[A-Za-z][A-Za-z ]*:|[A-Za-z_]\w*\s*=(?!=))\s*")  # "answer: ", "total = "

@@ -123,7 +123,7 @@ def test_plain_spaces_join_digit_groups_only_in_an_answer_statement():
         ("Eq(x, 3)\n", "math", "3", True),
         ("[18]\n", "number", "18", True),
         ("(18,)\n", "number", "18", True),
-        ("[2, -3]\n", "math", "-3, 2", True),
+        ("[-3,2]\n", "math", "[-3,2]", True),
     ],
 )
 def test_program_output_forms(stdout, kind, gold, expected):
