@@ -93,6 +93,12 @@ def test_echoes_and_eliminations_are_no_hedge(output, record, expected):
         ("583 1/3", Fraction(1750, 3)),
         ("\\frac{3}{4}", Fraction(3, 4)),
         ("12%", 12),
+        ("1\\ 450", 1450),
+        ("1~450", 1450),
+        ("1 trillion", 10**12),
+        ("1e-05", Fraction(1, 100000)),
+        ("\u221218", -18),
+        (".5", Fraction(1, 2)),
     ],
 )
 def test_number_forms_parse_to_exact_values(written, value):
