@@ -314,8 +314,9 @@ def boxes_hedge(text: str, kind: str) -> bool:
 
 def _values_hedged(statement: str) -> bool:
     """Whether a statement commits to two different values: two numbers with "or", "either",
-    "possibly", "maybe" or "perhaps" between them ("18 or 20", "18 (or possibly 19)"), or after
-    "between" ("between 18 and 19")."""
+    "possibly", "maybe" or "perhaps" between them ("18 or 20", "18 (or possibly 19)"), right after
+    "between" ("between 18 and 19"; not "the difference between 79 and 28"), or as an ascending
+    range ("18-20")."""
     text = re.sub(r"\\[dt]?frac\{(-?\d+)\}\{(\d+)\}", r"\1/\2", statement.replace("\u2212", "-"))
     found = list(NUMBER_PATTERN.finditer(text))
     values = [parse_number(m.group(0)) for m in found]
@@ -328,11 +329,16 @@ def _values_hedged(statement: str) -> bool:
         ascending = values[i] is not None and values[i + 1] is not None and values[i] < values[i + 1]
         if _RANGE_DASH.fullmatch(between) and ascending:  # "18-20": a range; "20-2" is a subtraction
             return True
-        if re.search(r"\bbetween\b", text[: found[i].start()], re.I):
+        if _BETWEEN.search(text[: found[i].start()]) and not _OPERATION_BETWEEN.search(text[: found[i].start()]):
             return True
     return False
 
 
+_BETWEEN = re.compile(r"\bbetween\s*\$?\s*$", re.I)  # "between 18 and 19": the first value right after it
+# "the difference between 79 and 28" names the operands of an operation, not two answers
+_OPERATION_BETWEEN = re.compile(
+    r"\b(?:difference|distance|ratio|sum|product|gap|average|mean)\s+between\s*\$?\s*$", re.I
+)
 _RANGE_DASH = re.compile(r"-|\s*[\u2013\u2014]\s*")
 # what joins two $..$ values of a hedge: "$3$, or it could be $2$", "$a$ to $b$", "$a$ - $b$"
 _SPAN_JOIN = re.compile(r".*\b(?:or|either|maybe|perhaps|possibly)\b.*|\s*(?:to|-|\u2013|\u2014)\s*", re.I | re.S)

@@ -69,6 +69,7 @@ def test_a_hedge_is_no_answer(output, record):
         ("The answer is 50%, or 0.5 of the total.", NUMBER, "50"),
         ("The answer is $x = 2$ or $x = -3$.", MATH, "2, -3"),
         ("The answer is 20-2 = 18.", NUMBER, "18"),
+        ("We need the difference between 79 and 28, which is 51.", NUMBER, "51"),
         ("The answer is $x^2-4$.", MATH, "x^2-4"),
         ("\\boxed{x = 2 \\text{ or } x = 3}", MATH, "2, 3"),
     ],
