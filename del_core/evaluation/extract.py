@@ -139,7 +139,7 @@ def answer_from_program_output(stdout: str, kind: str, choices: Sequence[str] = 
 
 
 # a printed line that is a label, not a value: words only, a sentence (two words, or a final ".!:")
-_LABEL_LINE = re.compile(r"[A-Za-z][A-Za-z' ,-]*(?:[A-Za-z] [A-Za-z][A-Za-z' ,-]*[.!:]?|[.!:])")
+_LABEL_LINE = re.compile(r"[A-Za-z][A-Za-z' ,-]*[A-Za-z] [A-Za-z][A-Za-z' ,-]*[.!:]?|[A-Za-z]{2}[A-Za-z' ,-]*[.!:]")
 # a printed one-element list or tuple: "['C']", "[18]", "[Eq(x, 3)]", "(18,)" -> its element
 # (a top-level comma is kept: "[-3,2]" may be an interval)
 _PRINTED_LIST = re.compile(r"^\[(.*)\]$|^\((.*),\)$")

@@ -203,6 +203,7 @@ def test_an_option_text_starting_with_a_is_no_letter():
 
 def test_a_printed_list_of_one_letter():
     assert answer_from_program_output("['C']\n", "choice", CHOICE.choices) == "C"
+    assert answer_from_program_output("working\nB.\n", "choice", CHOICE.choices) == "B"  # a letter, not a label
 
 
 def test_answer_first_then_its_working():
