@@ -140,3 +140,21 @@ def test_the_whole_vocabulary_shard_computes_the_same_loss():
 def test_losses_without_per_token_rows_are_their_own_shard(name):
     loss_fn = build_loss(name, VOCAB)
     assert loss_fn.for_vocab_slice(VocabSlice(0, 20, V)) is loss_fn
+
+
+def test_the_old_needs_vocab_spelling_warns_and_still_declares_the_need():
+    from del_core.losses import NumericLoss
+
+    with pytest.warns(FutureWarning, match="needs_vocab is deprecated .* needs = LossNeeds"):
+
+        class OldStyle(NumericLoss):
+            name = "old_style"
+            needs_vocab = True
+
+    assert OldStyle.needs.vocab and OldStyle.needs.head_weight_as is None
+    with pytest.raises(ValueError, match="loss 'old_style' needs a DigitVocab"):
+        OldStyle(None)
+    with pytest.warns(FutureWarning, match="read needs.vocab"):
+        assert OldStyle(VOCAB).needs_vocab is True
+    with pytest.warns(FutureWarning, match="read needs.vocab"):
+        assert build_loss("mle", VOCAB).needs_vocab is False
