@@ -92,6 +92,16 @@ def test_tensor_parallel_equals_single_process(runs, name, tp, extra):
     _assert_same_run(out, reference)
 
 
+def test_emo_under_tensor_parallelism_equals_single_process(runs):
+    """EMO's cost embedding (the LM head copied before training) keeps each rank's vocabulary rows
+    (``NumericLoss.for_vocab_slice``): TP 2 x DP 2 trains as one process does."""
+    emo = {"loss": "emo", "loss.weight": ""}
+    reference = runs("tp1_emo", 1, **emo)
+    out = runs("tp2_dp2_zero3_emo", 4, **{"parallel.tp": 2}, **emo)
+    assert "LM head columns [0, 75968)" in runs.procs("tp2_dp2_zero3_emo").stdout
+    _assert_same_run(out, reference)
+
+
 def test_resume_from_a_tensor_parallel_checkpoint(runs, base, tmp_path):
     """TP 2 x DP 2: 2 steps, checkpoint, abrupt exit in step 3, resume=auto: step 3 repeats the
     uninterrupted TP 2 run exactly."""
