@@ -19,7 +19,7 @@ from typing import Any, Optional, Union
 from del_core.config import ConfigError, KeyAliases, load_config
 from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
-from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, WEIGHTED_LOSSES
+from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, LOSS_PATHS, WEIGHTED_LOSSES
 from del_core.models.sources import ModelSourceError, check_model_source
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
@@ -59,7 +59,7 @@ class LossConfig:
     weight: Optional[Union[float, str]] = None
     auto_ratio: float = DEFAULT_AUTO_RATIO  # weight=auto: lambda x digit term / CE on the first step's batch
     options: dict[str, Any] = field(default_factory=dict)  # eta (mixce), tau / place_weighted (dist2)
-    path: str = "logits"  # logits, or chunked: from hidden states, never holding full fp32 logits
+    path: str = "logits"  # logits, or chunked: from the last hidden states, never holding full fp32 logits
     chunk_size: int = 256  # tokens per chunk of the chunked path (one chunk: chunk x V x 6 bytes in bf16)
     compile: bool = False  # torch.compile the loss: one graph, no recompiles across padded lengths
     compile_backend: str = "inductor"  # torch.compile backend (aot_eager: the same ops, for checks)
@@ -67,7 +67,7 @@ class LossConfig:
     def __post_init__(self) -> None:
         _check_choice("loss", "name", self.name, LOSS_NAMES)
         self._check_weight()
-        _check_choice("loss", "path", self.path, ("logits", "chunked"))
+        _check_choice("loss", "path", self.path, LOSS_PATHS)
         _check_choice("loss", "compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
 

@@ -25,7 +25,7 @@ from del_core.training.schedule import warmup_cosine
 from helpers.shared import real_tokenizer
 from helpers.training import REPO, TRAIN, make_tiny_qwen2, records, run_train, tiny_run, train_losses
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.launches]
 
 
 @pytest.fixture(scope="module")

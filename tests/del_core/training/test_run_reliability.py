@@ -92,6 +92,7 @@ _HOLD = (
 )
 
 
+@pytest.mark.launches  # the lock's other holder is another process
 def test_a_second_run_into_a_locked_folder_is_refused_naming_the_holder(tmp_path):
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
@@ -112,6 +113,7 @@ def test_a_second_run_into_a_locked_folder_is_refused_naming_the_holder(tmp_path
     assert not (tmp_path / ".lock").exists()
 
 
+@pytest.mark.launches  # the lock's other holder is another process
 def test_a_stale_lock_held_by_an_orphan_is_taken_over(tmp_path):
     """The lock's holder (recorded pid) is dead but a forked child still holds the flock."""
     code = (
