@@ -9,8 +9,8 @@ complete one is verified against its manifest before it is loaded; ``run.resume=
 to the next older verified checkpoint when the newest does not match (naming the file).
 DeepSpeed's ``latest`` file is not used (``save_latest=False``): the marker is the only source of truth.
 
-The CRC-32 (``zlib.crc32``, streamed in 8 MiB blocks) costs about 0.45 s per GB of checkpoint
-on one core of the development machine (~2.3 GB/s hashing, 2026), below the read from disk.
+The CRC-32 (``zlib.crc32``, streamed in 8 MiB blocks) costs 0.45-0.57 s per GB of checkpoint on
+one core of the development machine (1.8-2.3 GB/s), below the read from disk.
 """
 
 from __future__ import annotations
