@@ -196,6 +196,7 @@ def test_kill_9_during_a_checkpoint_write_leaves_a_verified_one_to_resume(base, 
     proc.finish()
     chosen = checkpoints.choose("auto", out, lambda _: None)
     assert chosen is not None and checkpoints.verify(chosen.path, chosen.state) is None, delay
+    assert set(chosen.state["files"]) == {p.name for p in chosen.path.iterdir()} - {checkpoints.MARKER}
     written = int(target.name[len("step_") :])
     if (target / checkpoints.MARKER).is_file():  # the kill came after the save (maybe after a later one)
         assert chosen.step >= written, (delay, chosen.path)
