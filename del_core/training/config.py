@@ -32,7 +32,7 @@ def _check_choice(section: str, name: str, value: Any, choices: Sequence[Any]) -
 
 def _check_at_least(section: str, values: dict[str, float], low: float) -> None:
     for name, value in values.items():
-        if value < low:
+        if not value >= low:
             raise ConfigError(f"{section}.{name} must be >= {low:g}, got {value}")
 
 
@@ -76,12 +76,14 @@ class LossConfig:
         return self.weight == "auto"
 
     def _check_weight(self) -> None:
-        if isinstance(self.weight, str) and not self.auto_weight:
-            raise ConfigError(f"loss.weight must be a number, auto or empty, got {self.weight!r}")
-        if self.auto_weight and self.name not in WEIGHTED_LOSSES:
-            raise ConfigError(f"loss.weight=auto: loss {self.name} has no weight lambda")
         if not self.auto_ratio > 0:
             raise ConfigError(f"loss.auto_ratio must be > 0, got {self.auto_ratio}")
+        if isinstance(self.weight, str) and not self.auto_weight:
+            raise ConfigError(f"loss.weight must be a number, auto or empty, got {self.weight!r}")
+        if self.weight is not None and self.name not in WEIGHTED_LOSSES:
+            raise ConfigError(f"loss.weight={self.weight}: loss {self.name} has no weight lambda")
+        if not self.auto_weight and self.weight is not None and not self.weight >= 0:
+            raise ConfigError(f"loss.weight must be >= 0, got {self.weight}")
 
 
 @dataclass

@@ -61,8 +61,8 @@ def test_flat_keys_still_work_with_a_deprecation_warning(tmp_path):
     "overrides, message",
     [
         (["optimizer.lerning_rate=1"], r"unknown key 'optimizer.lerning_rate' \(did you mean optimizer.min_lr_ratio"),
-        (["optimizer.lr=fast"], "optimizer.lr: Value 'fast'"),
-        (["run.max_steps=1.5"], "run.max_steps"),
+        (["optimizer.lr=fast"], "command line: optimizer.lr must be a number, got 'fast'"),
+        (["run.max_steps=1.5"], "run.max_steps must be an integer, got 1.5"),
         (["data.packing=yes please"], "data.packing"),
         (["parallel.zero_stage=1"], "parallel.zero_stage must be one of 2, 3"),
         (["run.global_batch_size=10", "run.micro_batch_size=4"], "not a multiple of run.micro_batch_size"),
