@@ -6,7 +6,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from del_core.losses import NumericLoss, build_loss
+from del_core.losses import WEIGHTED_LOSSES, NumericLoss, build_loss
 from del_core.vocab import DigitVocab
 
 
@@ -40,9 +40,19 @@ def head_weight_copy(model: torch.nn.Module) -> torch.Tensor:
     return weight.detach().clone()
 
 
+AUTO_PLACEHOLDER = 1.0  # lambda of loss_weight="auto" until the first batch has been measured
+
+
+def is_auto_weight(weight: Union[float, str, None]) -> bool:
+    """Whether ``weight`` is ``"auto"``; ValueError for any other text."""
+    if isinstance(weight, str) and weight != "auto":
+        raise ValueError(f"loss_weight must be a number, 'auto' or None, got {weight!r}")
+    return weight == "auto"
+
+
 def resolve_loss(
     loss: Union[str, NumericLoss],
-    weight: Optional[float],
+    weight: Union[float, str, None],
     options: Optional[dict],
     vocab: Optional[DigitVocab],
     processing_class: Any,
@@ -50,7 +60,8 @@ def resolve_loss(
 ) -> NumericLoss:
     """``loss`` itself when it is a :class:`NumericLoss` (then ``weight``/``options``/``vocab`` must
     be unset: it carries its own); else ``build_loss(loss, vocab, weight, **options)`` with the
-    vocabulary of :func:`digit_vocab` (and for EMO the LM head as cost embedding)."""
+    vocabulary of :func:`digit_vocab` (and for EMO the LM head as cost embedding). ``weight="auto"``
+    builds the loss with a placeholder lambda that the Trainer sets on its first batch."""
     if isinstance(loss, NumericLoss):
         if weight is not None or options or vocab is not None:
             raise TypeError(
@@ -59,6 +70,10 @@ def resolve_loss(
         return loss
     if not isinstance(loss, str):
         raise TypeError(f"loss must be a loss name or a del_core NumericLoss, got {type(loss).__name__}")
+    if is_auto_weight(weight):
+        if loss.lower().replace("-", "_") not in WEIGHTED_LOSSES:
+            raise ValueError(f"loss_weight='auto': loss {loss!r} has no weight lambda")
+        weight = AUTO_PLACEHOLDER
     options = dict(options or {})
     if loss.lower() == "emo" and "cost_embedding" not in options:
         options["cost_embedding"] = head_weight_copy(model)
