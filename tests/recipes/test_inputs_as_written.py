@@ -4,10 +4,8 @@ UTF-8, an empty predictions file for --score-only (which never touches an existi
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -38,24 +36,26 @@ def test_train_refuses_before_loading_and_writing(case, tmp_path):
     assert not out.exists()
 
 
-def _score_only(pred, out, data_dir):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, str(REPO / "recipes" / "evaluate.py"), "--score-only", str(pred)]
-    command += ["--data-dir", str(data_dir), "--output", str(out)]
-    return subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+def _evaluate_main():
+    """recipes/evaluate.py's ``main`` (run in this process: the refusals come before any model)."""
+    spec = importlib.util.spec_from_file_location("evaluate_recipe", REPO / "recipes" / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
 
 
-def test_score_only_refuses_no_rows_and_keeps_the_output(tmp_path, data_dir):
+def test_score_only_refuses_no_rows_and_keeps_the_output(tmp_path, data_dir, capsys):
+    main = _evaluate_main()
     pred, out = tmp_path / "pred.jsonl", tmp_path / "scored.jsonl"
+    args = ["--score-only", str(pred), "--data-dir", str(data_dir), "--output", str(out), "--sandbox", "basic"]
     out.write_text('{"earlier": "result"}\n')
     for text in ("", "\n  \n"):  # today: exit 0, "mACC": null, and the output truncated to 0 bytes
         pred.write_text(text)
-        done = _score_only(pred, out, data_dir)
-        assert done.returncode == 2
-        _one_line_error(done.stderr, f"--score-only file {pred} holds no rows (nothing to score)")
+        assert main(args) == 2
+        _one_line_error(capsys.readouterr().err, f"--score-only file {pred} holds no rows (nothing to score)")
         assert out.read_text() == '{"earlier": "result"}\n'
     pred.write_text(json.dumps({"benchmark": "gsm8k", "index": 0, "output": "The answer is 18."}) + "\n")
-    done = _score_only(pred, out, data_dir)
-    assert done.returncode == 0, done.stderr
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["mACC"] == 1.0
     assert [json.loads(line)["correct"] for line in out.read_text().splitlines()] == [True]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pred.jsonl", "scored.jsonl"]  # no staging file left
