@@ -2,7 +2,7 @@
 
     from del_core.integrations import DELTrainer
     trainer = DELTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                         loss="del", loss_weight=0.128)
+                         loss="del", loss_weight="auto")
     trainer.train()
 
 How a step is normalised. The Trainer draws the micro-batches of one optimizer step (its

@@ -50,6 +50,12 @@ def is_auto_weight(weight: Union[float, str, None]) -> bool:
     return weight == "auto"
 
 
+def loss_weight_arg(text: str) -> Union[float, str]:
+    """A ``--loss-weight`` command-line value: ``auto``, or a number in any spelling Python reads
+    (``0.1``, ``1e-3``, ``.5``); ValueError otherwise (argparse reports it as an invalid value)."""
+    return text if text == "auto" else float(text)
+
+
 def resolve_loss(
     loss: Union[str, NumericLoss],
     weight: Union[float, str, None],

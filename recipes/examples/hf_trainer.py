@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, TrainingArguments
 
 from del_core.integrations import DELTrainer
+from del_core.integrations.loss_setup import loss_weight_arg
 from del_core.models import resolve_model
 
 
@@ -35,23 +36,13 @@ def tokenize(row: dict[str, str], tokenizer) -> dict[str, list[int]]:
     return {"input_ids": prompt + answer, "labels": [-100] * len(prompt) + answer}
 
 
-def loss_weight(text: str):
-    """``--loss-weight``: a number, or auto (lambda from the first batch, as recipes/train.py's loss.weight=auto)."""
-    if text == "auto":
-        return text
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a number or auto, got {text!r}") from None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2", help="HF directory or hub name; smollm2 = the offline default")
     parser.add_argument("--loss", default="del", help="mle mixce emo ntl_was ntl_mse dist2 del")
     parser.add_argument(
         "--loss-weight",
-        type=loss_weight,
+        type=loss_weight_arg,
         default=None,
         help="lambda, or auto (from the first batch); default: the loss's own",
     )

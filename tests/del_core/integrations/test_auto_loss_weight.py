@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from del_core.integrations.loss_setup import AUTO_PLACEHOLDER, is_auto_weight, resolve_loss
+from del_core.integrations.loss_setup import AUTO_PLACEHOLDER, is_auto_weight, loss_weight_arg, resolve_loss
 
 
 def test_auto_builds_a_weighted_loss_whose_lambda_the_first_batch_sets(qwen2_tokenizer):
@@ -25,3 +25,9 @@ def test_auto_builds_a_weighted_loss_whose_lambda_the_first_batch_sets(qwen2_tok
 def test_what_auto_cannot_mean_is_refused(loss, weight, message, qwen2_tokenizer):
     with pytest.raises(ValueError, match=message):
         resolve_loss(loss, weight, None, None, qwen2_tokenizer, None)
+
+
+def test_the_command_line_value():
+    assert [loss_weight_arg(text) for text in ("auto", "1e-3", ".5", "2")] == ["auto", 0.001, 0.5, 2.0]
+    with pytest.raises(ValueError):
+        loss_weight_arg("heavy")
