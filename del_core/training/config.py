@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import torch
+
 from del_core.config import ConfigError, KeyAliases, load_config
 from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
-from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, WEIGHTED_LOSSES
+from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, WEIGHTED_LOSSES, build_loss
 from del_core.models.sources import ModelSourceError, check_model_source
+from del_core.vocab import DigitVocab
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
 
@@ -70,10 +73,23 @@ class LossConfig:
         _check_choice("loss", "path", self.path, ("logits", "chunked"))
         _check_choice("loss", "compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
+        self._check_options()
 
     @property
     def auto_weight(self) -> bool:
         return self.weight == "auto"
+
+    def _check_options(self) -> None:
+        """The loss builds with its weight and options (the loss's own checks: mixce's eta in [0, 1],
+        dist2's tau > 0, no unknown option), on a stand-in vocabulary of ten digits, before any model
+        loads."""
+        stand_in = DigitVocab(digit_ids=tuple(range(10)), point_id=10, name="the configuration check")
+        extra = {"cost_embedding": torch.ones(11, 1)} if self.name == "emo" else {}
+        weight = 1.0 if self.auto_weight else self.weight
+        try:
+            build_loss(self.name, stand_in, weight, **extra, **self.options)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"loss {self.name} with loss.options {self.options}: {err}") from None
 
     def _check_weight(self) -> None:
         if not self.auto_ratio > 0:

@@ -153,6 +153,9 @@ def test_what_is_no_number_is_named(override, message):
         (["run.micro_batch_size=0"], "run.micro_batch_size must be >= 1, got 0"),
         (["loss.chunk_size=0"], "loss.chunk_size must be >= 1, got 0"),
         (["data.max_length=0"], "data.max_length must be >= 1, got 0"),
+        (["loss=mixce", "loss.options={eta: 2}"], "mixce: eta must lie in [0, 1], got 2"),  # the loss's own check
+        (["loss=dist2", "loss.options={tau: -1e-1}"], "dist2: tau must be > 0, got -0.1"),
+        (["loss.options={etta: 0.5}"], "loss del with loss.options {'etta': 0.5}: "),
     ],
 )
 def test_range_checks_run_with_the_configuration_checks(overrides, message):
