@@ -29,6 +29,11 @@ lint: install
 test: install
 	$(BIN)/python -m pytest -q tests
 
+# The unit tier for the edit-test loop: no process launches, nothing over ~2 s (markers in pyproject.toml).
+.PHONY: test-fast
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow and not launches" tests
+
 bench: install
 	$(BIN)/python tests/bench/loss_overhead.py
 

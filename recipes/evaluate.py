@@ -13,8 +13,11 @@ del_core/evaluation/protocol.py. Bad input: one `error: ...` line on stderr, exi
 import sys
 
 from del_core.config import ConfigError
+from del_core.console import filter_known_warnings
 from del_core.evaluation.config import load_eval_config, options_help
 from del_core.evaluation.runner import EvaluationError, run
+
+filter_known_warnings()
 
 
 def main(argv: list[str]) -> int:

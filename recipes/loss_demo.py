@@ -10,7 +10,10 @@ and computes: del_core/demo/loss_demo.py.
 
 import sys
 
+from del_core.console import filter_known_warnings
 from del_core.demo.loss_demo import main
+
+filter_known_warnings()
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -10,7 +10,10 @@ Keys: del_core/experiments/numeric_bench/config.py. Re-running on the same outpu
 
 import sys
 
+from del_core.console import filter_known_warnings
 from del_core.experiments.numeric_bench.main import main
+
+filter_known_warnings()
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], usage=__doc__))

@@ -24,7 +24,10 @@ import sys
 # loads, and del_core imports torch: so it is set before the import.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from del_core.console import filter_known_warnings  # noqa: E402
 from del_core.experiments.study import main  # noqa: E402
+
+filter_known_warnings()
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:], usage=__doc__))

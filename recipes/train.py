@@ -13,10 +13,13 @@ safetensors + tokenizer, loadable with from_pretrained).
 import sys
 
 from del_core.config import ConfigError, split_command_line
+from del_core.console import filter_known_warnings
 from del_core.data import DataError
 from del_core.models import ModelSourceError
 from del_core.parallel import ParallelLayoutError, destroy
 from del_core.training import load_train_config, run
+
+filter_known_warnings()
 
 
 def main(argv: list[str]) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import multiprocessing.process
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -31,3 +33,34 @@ def smollm2():
     from del_core.tokenizers import load_tokenizer
 
     return load_tokenizer(smollm2_gguf())
+
+
+# multiprocessing, and its fork ``multiprocess`` that datasets' ``map(num_proc=...)`` uses.
+_PROCESS_MODULES = [multiprocessing.process]
+if importlib.util.find_spec("multiprocess") is not None:
+    import multiprocess.process
+
+    _PROCESS_MODULES.append(multiprocess.process)
+
+
+def _refuse_to_start(*args, **kwargs):
+    raise RuntimeError(
+        "this test starts a process (a subprocess, torchrun, a process pool): mark it "
+        "@pytest.mark.launches so that `make test-fast` leaves it out (tests/conftest.py)"
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test without the ``launches`` marker runs in this process: starting a subprocess or a
+    ``multiprocessing`` process raises, in the test and in the fixtures its set-up creates (module
+    and session ones included). The fast tier (``make test-fast``) is thereby launch-free, and the
+    whole suite checks that every launching test is marked."""
+    if item.get_closest_marker("launches") is not None:
+        yield
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(subprocess.Popen, "_execute_child", _refuse_to_start)
+        for process_module in _PROCESS_MODULES:
+            patch.setattr(process_module.BaseProcess, "start", _refuse_to_start)
+        yield

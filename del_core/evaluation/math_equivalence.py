@@ -195,6 +195,34 @@ def unit_words(answer: str) -> str:
     return " ".join(_UNIT_SPELLINGS.get(word, word) for word in words)
 
 
+_LESS = r"(<|\\le(?:q|qslant)?(?![a-z])|≤)"
+_GREATER = r"(>|\\ge(?:q|qslant)?(?![a-z])|≥)"
+_VARIABLE = r"[a-zA-Z]"
+
+
+def inequality_as_interval(text: str) -> Optional[str]:
+    """An inequality in one variable as the interval it describes ("2 < x \\le 5" -> "(2,5]",
+    "x \\ge 0" -> ``[0,\\infty)``; parts joined by "or" -> their union), or None."""
+    parts = re.split(r"\\text\{\s*or\s*\}|\bor\b|\\lor|\\vee|\\cup", str(text).strip().strip("$"))
+    intervals = [_one_inequality(part.strip().strip(",")) for part in parts]
+    return None if any(i is None for i in intervals) else "\\cup".join(intervals)
+
+
+def _one_inequality(text: str) -> Optional[str]:
+    closed = lambda op: not op.startswith("<") and not op.startswith(">")  # noqa: E731
+    both = re.fullmatch(rf"(.+?){_LESS}\s*{_VARIABLE}\s*{_LESS}(.+)", text)
+    if both:
+        low, op1, op2, high = both.groups()
+        return f"{'[' if closed(op1) else '('}{low.strip()},{high.strip()}{']' if closed(op2) else ')'}"
+    upper = re.fullmatch(rf"{_VARIABLE}\s*{_LESS}(.+)", text)
+    if upper:
+        return f"(-\\infty,{upper.group(2).strip()}{']' if closed(upper.group(1)) else ')'}"
+    lower = re.fullmatch(rf"{_VARIABLE}\s*{_GREATER}(.+)", text)
+    if lower:
+        return f"{'[' if closed(lower.group(1)) else '('}{lower.group(2).strip()},\\infty)"
+    return None
+
+
 def math_equivalent(prediction: Optional[str], gold: str) -> bool:
     """Whether ``prediction`` answers a MATH question whose gold answer is ``gold``."""
     if prediction is None or not str(prediction).strip():
@@ -202,6 +230,11 @@ def math_equivalent(prediction: Optional[str], gold: str) -> bool:
     units = unit_words(prediction), unit_words(gold)
     if all(units) and units[0] != units[1]:  # "9 p.m." is not "9 a.m."; a missing unit is forgiven
         return False
+    spoken = re.fullmatch(r"\s*\$?(-?[\d.,]+\s+(?:thousand|million|billion|trillion))\$?\s*", str(prediction))
+    if spoken and parse_number(gold) is not None:  # "4 thousand"
+        return numbers_match(spoken.group(1), gold)
+    if re.match(r"\s*[\[(]", str(gold)):  # an interval gold: an inequality answers it too
+        prediction = inequality_as_interval(prediction) or prediction
     a, b = normalize(prediction), normalize(gold)
     if a == b:
         return True

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from del_core.evaluation.numbers import NUMBER_PATTERN
+from del_core.evaluation.numbers import NUMBER_PATTERN, thousands_with_commas
 
 _ASKING = re.compile(r"^\s*(?:find|what|how|determine|calculate|solve|compute)\b", re.I)
 _STOPWORDS = frozenset(
@@ -92,7 +92,7 @@ def _position(words: list[str], asked: list[str]) -> Optional[int]:
 def in_asked_order(statement: str, question: str) -> Optional[list[str]]:
     """The values of ``statement`` ordered by the question's unknowns (module docstring), or None
     when it has no value."""
-    values = _values_and_labels(statement)
+    values = _values_and_labels(thousands_with_commas(statement.replace("\u2212", "-")))
     if not values:
         return None
     asked = _words(asked_text(question))

@@ -24,10 +24,11 @@ over ranks of each rank's summed returns) is the loss of the global batch; ``ce`
 
 The model runs without labels, so its forward computes no loss of its own; the Trainer's
 ``num_items_in_batch`` is not used (it has no digit count). With ``loss_path="logits"`` (default)
-the loss takes the model's full logits [B, T, V]. With ``loss_path="hidden"`` the forward keeps the
+the loss takes the model's full logits [B, T, V]. With ``loss_path="chunked"`` the forward keeps the
 logits of the last position only (``logits_to_keep=1``) and the loss takes the last hidden states
 and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidden``): the fp32
-[B, T, V] logits are never held (DDP and ZeRO-2; refused under ZeRO-3). Evaluation
+[B, T, V] logits are never held (DDP and ZeRO-2; refused under ZeRO-3). Both paths are the
+training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`). Evaluation
 (``model.eval()``) normalises each batch by its own counts.
 
 ``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does (:mod:`del_core.losses.auto_weight`):
@@ -48,6 +49,7 @@ from transformers import Trainer
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 from del_core.integrations.counting import TARGET_KEYS, WindowCounts, aligned_targets, window_target_counts
+from del_core.integrations.logged_metrics import LoggedMetrics
 from del_core.integrations.loss_setup import is_auto_weight, resolve_loss
 from del_core.integrations.setup_checks import (
     argument_problems,
@@ -59,8 +61,7 @@ from del_core.integrations.setup_checks import (
     parallelism_problems,
     raise_problems,
 )
-from del_core.integrations.step_metrics import StepMetrics
-from del_core.losses import DEFAULT_AUTO_RATIO, NumericLoss, auto_weight
+from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path, loss_path_name
 from del_core.vocab import DigitVocab
 
 
@@ -74,8 +75,9 @@ class DELTrainerMixin:
     * ``loss_weight``, ``loss_options``: lambda and the other options of ``build_loss``; ``loss_weight="auto"``
       measures lambda on the first step's batch (the module doc), ``auto_ratio`` its ratio;
     * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer;
-    * ``loss_path``: ``"logits"`` (default) or ``"hidden"`` (chunked from the hidden states, never
-      holding the [B, T, V] logits; not under ZeRO-3), ``chunk_size`` tokens per chunk (256).
+    * ``loss_path``: ``"logits"`` (default) or ``"chunked"`` (from the last hidden states, chunk by
+      chunk, never holding the [B, T, V] logits; not under ZeRO-3), ``chunk_size`` tokens per chunk
+      (256). ``"hidden"`` is read as ``"chunked"`` with a FutureWarning for one release.
 
     Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
     ``compute_loss_func``, ``use_liger_kernel=True``, label smoothing, a TRL ``loss_type`` other
@@ -100,13 +102,13 @@ class DELTrainerMixin:
         given = _bound_arguments(super().__init__, args, kwargs)
         raise_problems(argument_problems(given.get("args"), given.get("compute_loss_func")))
         super().__init__(*args, **kwargs)
-        self.del_loss_path, self.del_chunk_size = loss_path, chunk_size
+        self.del_loss_path, self.del_chunk_size = _loss_path(loss_path), chunk_size
         self._refuse_unsupported_setup()
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
         self._del_auto_ratio = auto_ratio if is_auto_weight(loss_weight) else None  # lambda still to measure
         self._del_window: Optional[WindowCounts] = None
         self._del_left = 0  # micro-batches of the window not yet run
-        self._del_metrics = StepMetrics()
+        self._del_metrics = LoggedMetrics()
         self._del_loss_device: Optional[torch.device] = None
         self._del_no_cache = getattr(getattr(self.model, "config", None), "use_cache", None) is not None
 
@@ -179,16 +181,16 @@ class DELTrainerMixin:
     def _forward(self, model: torch.nn.Module, inputs: Mapping[str, Any], targets: torch.Tensor):
         """(the model's outputs, the loss of this batch as a call taking the normalisers)."""
         unwrapped = self.accelerator.unwrap_model(model)
-        name = type(unwrapped).__name__
-        if self.del_loss_path == "logits":
+        name, path = type(unwrapped).__name__, self.del_loss_path
+        if path == "logits":
             outputs = model(**self._forward_inputs(inputs))
-            logits = model_logits(outputs, targets, name)
-            return outputs, functools.partial(self._loss_on(logits.device), logits, targets)
-        outputs = model(**self._forward_inputs(inputs), output_hidden_states=True, logits_to_keep=1)
-        hidden = model_hidden_states(outputs, targets, name)
-        loss_fn = self._loss_on(hidden.device)
+            source, weight = model_logits(outputs, targets, name), None
+        else:
+            outputs = model(**self._forward_inputs(inputs), output_hidden_states=True, logits_to_keep=1)
+            source, weight = model_hidden_states(outputs, targets, name), head_weight(unwrapped)
+        calls = LossCalls.of(self._loss_on(source.device))
         score = functools.partial(
-            loss_fn.from_hidden, hidden, head_weight(unwrapped), targets, chunk_size=self.del_chunk_size
+            loss_on_path, path, calls, source, targets, head_weight=weight, chunk_size=self.del_chunk_size
         )
         return outputs, score
 
@@ -207,7 +209,8 @@ class DELTrainerMixin:
                     inputs = self._prepare_inputs(inputs)
                     targets = aligned_targets(inputs)
                     counts = self.loss_normalisers(window, targets)
-                    out = self._forward(model, inputs, targets)[1](counts.num_tokens, counts.num_digits)
+                    score = self._forward(model, inputs, targets)[1]
+                    out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
                     totals += torch.stack([out.ce, out.aux]).to(totals)
         finally:
             model.train(was_training)
@@ -240,6 +243,15 @@ class DELTrainerMixin:
 
 class DELTrainer(DELTrainerMixin, Trainer):
     """``transformers.Trainer`` training with a del_core loss (see :class:`DELTrainerMixin`)."""
+
+
+def _loss_path(value: str) -> str:
+    """``loss_path`` as one of :data:`del_core.losses.LOSS_PATHS` (an unknown value is left for
+    :func:`loss_path_problems` to report with the other settings)."""
+    try:
+        return loss_path_name(value, "loss_path", stacklevel=3)
+    except ValueError:
+        return value
 
 
 def _bound_arguments(init: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Optional, Union
 
 import torch
 
-from del_core.losses import WEIGHTED_LOSSES, NumericLoss, build_loss
+from del_core.losses import WEIGHTED_LOSSES, NumericLoss, build_loss_for_model, loss_needs
 from del_core.vocab import DigitVocab
 
 
@@ -27,15 +28,16 @@ def digit_vocab(vocab: Optional[DigitVocab], processing_class: Any) -> Optional[
     return DigitVocab.from_tokenizer(tokenizer) if tokenizer is not None else None
 
 
-def head_weight_copy(model: torch.nn.Module) -> torch.Tensor:
-    """A detached copy of the LM-head weight [V, H] (EMO's cost embedding); refuses a weight that
-    ZeRO-3 has partitioned (it holds no values outside the module's forward)."""
+def head_weight_copy(model: torch.nn.Module, loss: str) -> torch.Tensor:
+    """A detached copy of the LM-head weight [V, H] for the loss ``loss`` (EMO's cost embedding);
+    refuses a weight that ZeRO-3 has partitioned (it holds no values outside the module's forward)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
     if weight is None or weight.dim() != 2 or weight.numel() == 0:
+        option = loss_needs(loss).head_weight_as
         raise ValueError(
-            "loss='emo' needs the LM-head weight, and this model's is absent or partitioned (ZeRO-3); pass "
-            "loss=del_core.build_loss('emo', vocab, cost_embedding=<the gathered [V, H] LM-head weight>)"
+            f"loss={loss!r} needs the LM-head weight, and this model's is absent or partitioned (ZeRO-3); pass "
+            f"loss=del_core.build_loss({loss!r}, vocab, {option}=<the gathered [V, H] LM-head weight>)"
         )
     return weight.detach().clone()
 
@@ -65,9 +67,10 @@ def resolve_loss(
     model: torch.nn.Module,
 ) -> NumericLoss:
     """``loss`` itself when it is a :class:`NumericLoss` (then ``weight``/``options``/``vocab`` must
-    be unset: it carries its own); else ``build_loss(loss, vocab, weight, **options)`` with the
-    vocabulary of :func:`digit_vocab` (and for EMO the LM head as cost embedding). ``weight="auto"``
-    builds the loss with a placeholder lambda that the Trainer sets on its first batch."""
+    be unset: it carries its own); else ``build_loss_for_model(loss, vocab, weight, **options)``
+    with the vocabulary of :func:`digit_vocab` and a copy of the model's LM-head weight for a loss
+    that needs one (EMO's cost embedding). ``weight="auto"`` builds the loss with a placeholder
+    lambda that the Trainer sets on its first batch."""
     if isinstance(loss, NumericLoss):
         if weight is not None or options or vocab is not None:
             raise TypeError(
@@ -80,7 +83,7 @@ def resolve_loss(
         if loss.lower().replace("-", "_") not in WEIGHTED_LOSSES:
             raise ValueError(f"loss_weight='auto': loss {loss!r} has no weight lambda")
         weight = AUTO_PLACEHOLDER
-    options = dict(options or {})
-    if loss.lower() == "emo" and "cost_embedding" not in options:
-        options["cost_embedding"] = head_weight_copy(model)
-    return build_loss(loss, digit_vocab(vocab, processing_class), weight, **options)
+    head_weight = functools.partial(head_weight_copy, model, loss)
+    return build_loss_for_model(
+        loss, digit_vocab(vocab, processing_class), weight, head_weight=head_weight, **dict(options or {})
+    )

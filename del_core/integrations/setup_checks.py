@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 import torch
 
+from del_core.losses import LOSS_PATHS
+
 
 class UnsupportedSetupError(ValueError):
     """A Trainer setting that the del_core loss cannot honour (the message names it)."""
@@ -69,14 +71,18 @@ def model_problems(config: Any) -> list[str]:
 
 
 def loss_path_problems(loss_path: str, chunk_size: int, zero3: bool) -> list[str]:
-    """An unknown ``loss_path``, a chunk size below 1, and the hidden-state path under ZeRO-3 (its
-    LM-head weight is partitioned outside the model's forward, so the loss could not read it)."""
-    if loss_path not in ("logits", "hidden"):
-        return [f"loss_path={loss_path!r}: choose 'logits' (the model's logits) or 'hidden' (from hidden states)"]
+    """An unknown ``loss_path`` (see :data:`del_core.losses.LOSS_PATHS`), a chunk size below 1, and
+    the chunked path under ZeRO-3 (its LM-head weight is partitioned outside the model's forward, so
+    the loss could not read it)."""
+    if loss_path not in LOSS_PATHS:
+        return [
+            f"loss_path={loss_path!r}: choose 'logits' (the model's logits) or 'chunked' (from the last hidden "
+            "states, chunk by chunk)"
+        ]
     problems = [] if chunk_size >= 1 else [f"chunk_size={chunk_size}: must be >= 1"]
-    if loss_path == "hidden" and zero3:
+    if loss_path == "chunked" and zero3:
         problems.append(
-            "loss_path='hidden' under DeepSpeed ZeRO-3: the LM-head weight is partitioned outside the forward; "
+            "loss_path='chunked' under DeepSpeed ZeRO-3: the LM-head weight is partitioned outside the forward; "
             "use ZeRO-2 (or recipes/train.py loss.path=chunked, which gathers it under ZeRO-3)"
         )
     return problems
@@ -116,7 +122,7 @@ def model_hidden_states(outputs: Any, targets: torch.Tensor, model_name: str) ->
     if not states:
         raise UnsupportedSetupError(
             f"the forward of {model_name} returned no hidden_states with output_hidden_states=True: "
-            "loss_path='hidden' needs them; use loss_path='logits'"
+            "loss_path='chunked' needs them; use loss_path='logits'"
         )
     if states[-1].shape[:-1] != targets.shape:
         raise UnsupportedSetupError(
@@ -132,7 +138,7 @@ def head_weight(model: torch.nn.Module) -> torch.Tensor:
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
     if weight is None or weight.dim() != 2:
-        raise UnsupportedSetupError(f"loss_path='hidden': {type(model).__name__} has no [V, H] LM-head weight")
+        raise UnsupportedSetupError(f"loss_path='chunked': {type(model).__name__} has no [V, H] LM-head weight")
     if getattr(head, "bias", None) is not None:
-        raise UnsupportedSetupError("loss_path='hidden': the LM head has a bias; use loss_path='logits'")
+        raise UnsupportedSetupError("loss_path='chunked': the LM head has a bias; use loss_path='logits'")
     return weight

@@ -15,8 +15,10 @@ multi-digit vocabulary (Llama-3) a token of 1..K digits, scored within its width
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import ClassVar, Optional, Union
 
 import torch
 
@@ -46,6 +48,23 @@ class LossOutput:
     ce: torch.Tensor
     aux: torch.Tensor
     metrics: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class LossNeeds:
+    """What a loss class needs from the model and the tokenizer; :func:`del_core.losses.build_loss_for_model`
+    supplies it.
+
+    vocab:          a :class:`DigitVocab` (the loss scores digits): building the loss without one
+                    raises, and a trainer whose tokenizer has no number vocabulary refuses the loss.
+    head_weight_as: the constructor option that receives a frozen copy of the LM-head weight [V, H]
+                    taken before training (EMO's ``cost_embedding``), or None when the loss needs none.
+                    Under tensor parallelism each rank keeps its vocabulary rows
+                    (:meth:`NumericLoss.for_vocab_slice`).
+    """
+
+    vocab: bool = False
+    head_weight_as: Optional[str] = None
 
 
 @dataclass
@@ -93,12 +112,34 @@ class NumericLoss(torch.nn.Module):
     """
 
     name = "base"
-    needs_vocab = False
+    needs: ClassVar[LossNeeds] = LossNeeds()
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if "needs_vocab" in cls.__dict__:  # the spelling of release 0.1, accepted for one release
+            warnings.warn(
+                f"{cls.__name__}.needs_vocab is deprecated and will be removed in the next release: declare "
+                "needs = LossNeeds(vocab=...)",
+                FutureWarning,
+                stacklevel=2,
+            )
+            cls.needs = dataclasses.replace(cls.needs, vocab=bool(cls.__dict__["needs_vocab"]))
+            del cls.needs_vocab
+
+    @property
+    def needs_vocab(self) -> bool:
+        """Deprecated: ``needs.vocab``."""
+        warnings.warn(
+            "NumericLoss.needs_vocab is deprecated and will be removed in the next release: read needs.vocab",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return self.needs.vocab
 
     def __init__(self, vocab: Optional[DigitVocab], weight: float = 0.0, validate: Union[bool, str] = "async"):
         super().__init__()
-        if vocab is None and self.needs_vocab:
-            raise ValueError(f"loss {self.name!r} needs a DigitVocab (its auxiliary term scores digits)")
+        if vocab is None and self.needs.vocab:
+            raise ValueError(missing_vocab_message(self.name))
         self.vocab = vocab
         self.weight = float(weight)
         self.validate = validate_mode(validate)
@@ -115,6 +156,12 @@ class NumericLoss(torch.nn.Module):
     def cost_embedding_rows(self) -> Optional[torch.Tensor]:
         """The cost embedding E [V or V_local, H] whose expectation ``softmax(z) @ E`` the loss needs."""
         return None
+
+    def for_vocab_slice(self, vocab_slice: VocabSlice) -> NumericLoss:
+        """This loss for a process whose logits hold the columns ``vocab_slice`` (tensor
+        parallelism): a loss holding per-token-id rows (EMO's cost embedding) returns a copy that
+        keeps only the slice's rows; every other loss returns itself."""
+        return self
 
     # --- the interface ---------------------------------------------------------------------
     def forward(
@@ -257,6 +304,11 @@ class NumericLoss(torch.nn.Module):
             metrics["digit_entropy"] = entropy.float()
             metrics["digit_acc"] = hit.sum().float() / count
         return metrics
+
+
+def missing_vocab_message(name: str) -> str:
+    """The error text for a loss that scores digits built without a vocabulary."""
+    return f"loss {name!r} needs a DigitVocab (its auxiliary term scores digits)"
 
 
 def _check_shapes(source: torch.Tensor, labels: torch.Tensor, what: str) -> None:

@@ -21,7 +21,7 @@ import torch
 from del_core.config import ConfigError, KeyAliases, load_config
 from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
-from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, WEIGHTED_LOSSES, build_loss
+from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, LOSS_PATHS, WEIGHTED_LOSSES, build_loss_for_model
 from del_core.models.sources import ModelSourceError, check_model_source
 from del_core.vocab import DigitVocab
 
@@ -62,7 +62,7 @@ class LossConfig:
     weight: Optional[Union[float, str]] = None
     auto_ratio: float = DEFAULT_AUTO_RATIO  # weight=auto: lambda x digit term / CE on the first step's batch
     options: dict[str, Any] = field(default_factory=dict)  # eta (mixce), tau / place_weighted (dist2)
-    path: str = "logits"  # logits, or chunked: from hidden states, never holding full fp32 logits
+    path: str = "logits"  # logits, or chunked: from the last hidden states, never holding full fp32 logits
     chunk_size: int = 256  # tokens per chunk of the chunked path (one chunk: chunk x V x 6 bytes in bf16)
     compile: bool = False  # torch.compile the loss: one graph, no recompiles across padded lengths
     compile_backend: str = "inductor"  # torch.compile backend (aot_eager: the same ops, for checks)
@@ -70,7 +70,7 @@ class LossConfig:
     def __post_init__(self) -> None:
         _check_choice("loss", "name", self.name, LOSS_NAMES)
         self._check_weight()
-        _check_choice("loss", "path", self.path, ("logits", "chunked"))
+        _check_choice("loss", "path", self.path, LOSS_PATHS)
         _check_choice("loss", "compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
         self._check_options()
@@ -84,10 +84,9 @@ class LossConfig:
         dist2's tau > 0, no unknown option), on a stand-in vocabulary of ten digits, before any model
         loads."""
         stand_in = DigitVocab(digit_ids=tuple(range(10)), point_id=10, name="the configuration check")
-        extra = {"cost_embedding": torch.ones(11, 1)} if self.name == "emo" else {}
         weight = 1.0 if self.auto_weight else self.weight
         try:
-            build_loss(self.name, stand_in, weight, **extra, **self.options)
+            build_loss_for_model(self.name, stand_in, weight, head_weight=lambda: torch.ones(11, 1), **self.options)
         except (TypeError, ValueError) as err:
             raise ConfigError(f"loss {self.name} with loss.options {self.options}: {err}") from None
 

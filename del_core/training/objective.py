@@ -13,6 +13,7 @@ from typing import Optional
 import torch
 
 from del_core import LossOutput, NumberSpans, NumericLoss
+from del_core.losses import LossCalls, loss_on_path, loss_path_name
 
 # The named scalars the objective returns per micro-batch: the differentiable loss parts and the
 # loss's detached metrics over the micro-batch (see del_core.LossOutput).
@@ -46,8 +47,9 @@ class CausalLMObjective(torch.nn.Module):
     input_ids, targets [B, T] int64 (targets aligned: position t predicts targets[t], -100 ignored);
     attention_mask [B, T] or None; position_ids [B, T] (restart at 0 for each packed example; with
     ``attention_mask=None`` transformers then keeps attention inside each example).
-    loss_path "logits": the model's logits [B, T, V] go to the loss; "chunked": the last hidden
-    states and the LM-head weight go to ``loss.from_hidden``, ``chunk_size`` tokens at a time.
+    loss_path (:data:`del_core.losses.LOSS_PATHS`) "logits": the model's logits [B, T, V] go to the
+    loss; "chunked": the last hidden states and the LM-head weight go to ``loss.from_hidden``,
+    ``chunk_size`` tokens at a time (:func:`del_core.losses.loss_on_path`).
     num_tokens, num_digits: the global normalisers (0-dim tensors); spans: the targets'
     :class:`del_core.NumberSpans`, computed once where the batch was made.
     compile_loss: a :class:`LossCompilation` to run the loss under ``torch.compile`` (dynamic
@@ -66,7 +68,7 @@ class CausalLMObjective(torch.nn.Module):
         self.lm = lm
         # Not a submodule: its (frozen) buffers are no model state to partition, save or export.
         self._loss_fn = (loss_fn,)
-        self.loss_path = loss_path
+        self.loss_path = loss_path_name(loss_path, "loss_path", stacklevel=3)
         self.chunk_size = chunk_size
         self.compilation = compile_loss
         self._compiled = None  # (logits call, hidden call), built on first use
@@ -75,7 +77,7 @@ class CausalLMObjective(torch.nn.Module):
         # DeepSpeed's AutoTP installs its own vocab-parallel cross-entropy here when it makes the
         # LM head vocab-parallel; it is never called (the del_core loss reduces the shards).
         self.loss_function = None
-        if loss_path == "chunked":
+        if self.loss_path == "chunked":
             head = lm.get_output_embeddings()
             if getattr(head, "bias", None) is not None:
                 raise ValueError("loss_path=chunked needs an LM head without bias")
@@ -90,14 +92,17 @@ class CausalLMObjective(torch.nn.Module):
         self._loss_fn = (loss_fn,)
         self._compiled = None
 
-    def _loss_calls(self):
-        """(logits call, hidden-states call): the loss's own methods, or their compiled forms."""
+    def _loss_calls(self) -> LossCalls:
+        """The loss's own calls, or their compiled forms."""
         if self.compilation is None:
-            return self.loss_fn.forward, self.loss_fn.from_hidden
+            return LossCalls.of(self.loss_fn)
         if self._compiled is None:
-            self._compiled = tuple(
-                torch.compile(call, backend=self.compilation.backend, dynamic=True, fullgraph=True)
-                for call in (self.loss_fn.forward, self.loss_fn.from_hidden)
+            own = LossCalls.of(self.loss_fn)
+            self._compiled = LossCalls(
+                *(
+                    torch.compile(call, backend=self.compilation.backend, dynamic=True, fullgraph=True)
+                    for call in (own.logits, own.hidden)
+                )
             )
         return self._compiled
 
@@ -128,25 +133,31 @@ class CausalLMObjective(torch.nn.Module):
         spans: Optional[NumberSpans] = None,
     ) -> dict[str, torch.Tensor]:
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        dense_loss, hidden_loss = self._loss_calls()
         if self.loss_path == "logits":
-            logits = self.lm(**inputs).logits
-            out = dense_loss(logits, targets, num_tokens, num_digits, vocab_slice=self.vocab_slice, spans=spans)
-            return as_named_tensors(out)
+            source, weight = self.lm(**inputs).logits, None
+        else:
+            source, weight = self._last_hidden_states(inputs), self.head_weight()
+        out = loss_on_path(
+            self.loss_path,
+            self._loss_calls(),
+            source,
+            targets,
+            num_tokens,
+            num_digits,
+            head_weight=weight,
+            chunk_size=self.chunk_size,
+            num_chunks=self._num_chunks(),
+            vocab_slice=self.vocab_slice,
+            spans=spans,
+        )
+        return as_named_tensors(out)
+
+    def _last_hidden_states(self, inputs: dict) -> torch.Tensor:
+        """The model body's output [B, T, H] (the LM head's input); under tensor parallelism
+        entering the head's region, so that its gradient is summed over the group."""
         hidden = self.lm.base_model(**inputs).last_hidden_state
         if self.tp_group is not None:
             from del_core.parallel import copy_to_tensor_parallel_region
 
             hidden = copy_to_tensor_parallel_region(hidden, self.tp_group)
-        out = hidden_loss(
-            hidden,
-            self.head_weight(),
-            targets,
-            num_tokens,
-            num_digits,
-            vocab_slice=self.vocab_slice,
-            chunk_size=self.chunk_size,
-            spans=spans,
-            num_chunks=self._num_chunks(),
-        )
-        return as_named_tensors(out)
+        return hidden

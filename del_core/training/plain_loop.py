@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 
 from del_core.data.tokenized import TokenBatch
-from del_core.losses import LossOutput, NumericLoss, build_loss
+from del_core.losses import LossOutput, NumericLoss, build_loss_for_model
 from del_core.training.schedule import warmup_cosine_lr
 from del_core.vocab import DigitVocab
 
@@ -58,12 +58,10 @@ class StepRecord:
 
 
 def make_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float], model: torch.nn.Module) -> NumericLoss:
-    """The loss ``name`` (lambda ``weight``; None: its default) for training ``model``; EMO's cost
-    embedding is the LM head at the current weights (frozen copy)."""
-    options = {}
-    if name == "emo":
-        options["cost_embedding"] = model.get_output_embeddings().weight.detach().clone()
-    return build_loss(name, vocab, weight, **options)
+    """The loss ``name`` (lambda ``weight``; None: its default) for training ``model``, given what it
+    declares it needs (:func:`del_core.losses.build_loss_for_model`: a loss that needs the LM head
+    gets a frozen copy of it at the current weights)."""
+    return build_loss_for_model(name, vocab, weight, head_weight=lambda: model.get_output_embeddings().weight)
 
 
 def make_optimizer(model: torch.nn.Module, config: PlainLoopConfig) -> torch.optim.Optimizer:

@@ -17,6 +17,7 @@ replays exactly the batches of an uninterrupted one.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import resource
@@ -28,13 +29,14 @@ from typing import Any, Optional, Union
 
 import torch
 
-from del_core import DigitVocab, MultiDigitVocabularyError, NumberSpans, build_loss
+from del_core import DigitVocab, MultiDigitVocabularyError, NumberSpans
 from del_core.config import ConfigError, config_to_dict, config_to_yaml
 from del_core.data.dataset_cache import DataRequest, prepare_cached_training_data
 from del_core.data.jsonl import write_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
+from del_core.losses import build_loss_for_model, loss_needs
 from del_core.models import (
     LoraSettings,
     LoraTargetError,
@@ -214,7 +216,7 @@ class Trainer:
             self.vocab = DigitVocab.from_tokenizer(self.tokenizer, name=str(self._tokenizer_source))
             self.log(f"[vocab] {self.vocab.describe()}")
         except MultiDigitVocabularyError as err:
-            if self.config.loss.name not in ("mle", "mixce", "emo"):
+            if loss_needs(self.config.loss.name).vocab:
                 raise ConfigError(f"loss {self.config.loss.name} cannot score this tokenizer: {err}") from None
             self.vocab = None
             self.log(f"[vocab] no number vocabulary ({err}); loss {self.config.loss.name} runs without digit metrics")
@@ -249,14 +251,12 @@ class Trainer:
         if self.dims.tp > 1:
             check_head_counts(model.config, self.dims.tp)
         self.output_vocab_size = output_vocab_size(model)
-        self._loss_options = dict(loss_cfg.options)
-        if loss_cfg.name == "emo":  # EMO's frozen cost embedding: a copy of the LM head at the start
-            weight = model.get_output_embeddings().weight
-            with ds.gathered([weight], enabled=self._zero3):
-                self._loss_options["cost_embedding"] = weight.detach().to(self.runtime.device, torch.float32).clone()
         # weight=auto: a placeholder until the first batch has been measured (_resolve_auto_weight)
         weight = 1.0 if loss_cfg.auto_weight else loss_cfg.weight
-        loss_fn = build_loss(loss_cfg.name, self.vocab, weight=weight, **self._loss_options)
+        head_weight = functools.partial(self._head_weight_copy, model)
+        loss_fn = build_loss_for_model(
+            loss_cfg.name, self.vocab, weight, head_weight=head_weight, **dict(loss_cfg.options)
+        )
         compilation = None
         if loss_cfg.compile:
             max_tokens = self.config.run.micro_batch_size * self.config.data.max_length
@@ -285,6 +285,13 @@ class Trainer:
         )
         return lm
 
+    def _head_weight_copy(self, model: Any) -> torch.Tensor:
+        """An fp32 copy of the LM-head weight [V, H] on this rank's device (gathered under ZeRO-3),
+        for a loss that keeps one (:class:`del_core.losses.LossNeeds`)."""
+        weight = model.get_output_embeddings().weight
+        with ds.gathered([weight], enabled=self._zero3):
+            return weight.detach().to(self.runtime.device, torch.float32).clone()
+
     @property
     def _zero3(self) -> bool:
         return self.ds_config["zero_optimization"].get("stage") == 3
@@ -301,13 +308,7 @@ class Trainer:
         self.dims = ds.tensor_parallel_dims(self.dims)
         vocab_slice = ds.vocab_slice_of_head(self.objective, self.dims)
         self.objective.use_vocab_parallel_head(vocab_slice, self.dims.tp_group)
-        if self.config.loss.name == "emo":
-            # Keep this rank's rows of the cost embedding only and release the full copy (the
-            # statistics layer would slice a full one per call, holding all V rows).
-            options = dict(self._loss_options)
-            options["cost_embedding"] = options["cost_embedding"][vocab_slice.start : vocab_slice.end].clone()
-            self._loss_options = options
-            self.objective.set_loss_fn(build_loss("emo", self.vocab, weight=self.config.loss.weight, **options))
+        self.objective.set_loss_fn(self.objective.loss_fn.for_vocab_slice(vocab_slice))
         self.log(
             f"[tp] LM head columns [{vocab_slice.start}, {vocab_slice.end}) of {vocab_slice.vocab_size} on rank "
             f"{self.dims.rank}; the loss all-reduces digit-restricted partial sums over the tensor-parallel group"

@@ -16,9 +16,12 @@ import random
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq2Seq, TrainingArguments
 
+from del_core.console import filter_known_warnings
 from del_core.integrations import DELTrainer
 from del_core.integrations.loss_setup import loss_weight_arg
 from del_core.models import resolve_model
+
+filter_known_warnings()
 
 
 def arithmetic_rows(n: int, seed: int = 0) -> list[dict[str, str]]:

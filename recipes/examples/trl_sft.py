@@ -18,8 +18,11 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import SFTConfig
 
+from del_core.console import filter_known_warnings
 from del_core.integrations import DELSFTTrainer
 from del_core.models import resolve_model
+
+filter_known_warnings()
 
 
 def arithmetic_dataset(n: int) -> Dataset:

@@ -84,7 +84,8 @@ from bench_common import (
     synchronize,
 )
 
-from del_core import LOSS_NAMES, DigitVocab, build_loss
+from del_core import LOSS_NAMES, DigitVocab
+from del_core.losses import build_loss_for_model
 
 BASELINE = "CE"
 # --vocab choices: the default vocabulary sizes of each
@@ -145,12 +146,13 @@ def loss_step(loss_fn: torch.nn.Module, logits: torch.Tensor, labels: torch.Tens
 def build_named_loss(
     name: str, vocab_size: int, args: argparse.Namespace, vocab: DigitVocab = QWEN2_VOCAB
 ) -> torch.nn.Module:
-    """``build_loss(name, vocab)``; EMO gets a random [V, H] cost embedding."""
-    options = {"validate": not args.no_validate}
-    if name == "emo":
+    """``build_loss(name, vocab)``; a random [V, H] LM-head weight for a loss that needs one (EMO)."""
+
+    def head_weight() -> torch.Tensor:
         generator = torch.Generator(device=args.device).manual_seed(args.seed + 1)
-        options["cost_embedding"] = torch.randn(vocab_size, args.emo_hidden, generator=generator, device=args.device)
-    return build_loss(name, vocab, **options).to(args.device)
+        return torch.randn(vocab_size, args.emo_hidden, generator=generator, device=args.device)
+
+    return build_loss_for_model(name, vocab, head_weight=head_weight, validate=not args.no_validate).to(args.device)
 
 
 # --- timing and memory -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ def _encode_alone(tokenizer, char):
     return ids[pieces.index(char)] if char != "7" else ids[-1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SINGLE_DIGIT_VOCABS)
 def test_single_digit_vocab_ids_match_encoding(name):
     tok = real_tokenizer(name)

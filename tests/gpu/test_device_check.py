@@ -52,6 +52,7 @@ def smoke_report(tmp_path_factory) -> dict:
     return data
 
 
+@pytest.mark.launches
 def test_every_section_ran_without_error(smoke_report):
     sections = smoke_report["sections"]
     assert list(sections) == list(SECTIONS)
@@ -61,6 +62,7 @@ def test_every_section_ran_without_error(smoke_report):
     assert smoke_report["mode"] == "smoke" and smoke_report["finished"] and smoke_report["wall_s"] > 0
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("name", SECTIONS)
 def test_section_has_its_figures(smoke_report, name):
     entry = smoke_report["sections"][name]
@@ -73,6 +75,7 @@ def test_section_has_its_figures(smoke_report, name):
     assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in headline.values()), headline
 
 
+@pytest.mark.launches
 def test_reports_are_written(smoke_report):
     env = smoke_report["environment"]
     assert env["torch"] and env["device"] == "cpu" and env["flash_attn"] in (True, False)
@@ -94,6 +97,7 @@ def _device_check_module():
     return module
 
 
+@pytest.mark.slow
 def test_errors_and_the_budget_are_recorded_and_the_other_sections_run(tmp_path, monkeypatch):
     """A section that raises leaves its error and traceback; one the budget cannot hold is skipped;
     the rest run, and the report on disk holds every outcome."""
@@ -122,6 +126,7 @@ def test_errors_and_the_budget_are_recorded_and_the_other_sections_run(tmp_path,
     assert "## boom: error" in (tmp_path / "device_check.md").read_text()
 
 
+@pytest.mark.launches
 def test_an_unknown_section_is_refused(tmp_path):
     bad = subprocess.run(
         [sys.executable, str(REPO / "tests" / "gpu" / "device_check.py"), "--smoke", "--sections", "nope"],

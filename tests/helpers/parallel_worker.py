@@ -14,7 +14,8 @@ import os
 import torch
 import torch.distributed as dist
 
-from del_core import DigitVocab, build_loss
+from del_core import DigitVocab
+from del_core.losses import build_loss_for_model
 from del_core.parallel import VocabParallelLMHead, count_collectives, vocab_slice_for
 
 
@@ -33,8 +34,7 @@ def scenario_inputs(sc):
 def make_loss(name, sc, embedding):
     wide = tuple(tuple(group) for group in sc.get("wide", ()))
     vocab = DigitVocab(tuple(sc["digits"]), sc["point"], wide_ids=wide)
-    options = {"cost_embedding": embedding} if name == "emo" else {}
-    return build_loss(name, vocab, **options)
+    return build_loss_for_model(name, vocab, head_weight=lambda: embedding)
 
 
 def run_scenario(sc, group=None):

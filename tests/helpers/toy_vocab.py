@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from del_core import DigitVocab, build_loss
+from del_core import DigitVocab
+from del_core.losses import build_loss_for_model
 
 DIGITS = (40, 12, 33, 7, 25, 18, 3, 29, 50, 21)
 POINT = 9
@@ -47,7 +48,5 @@ def cost_embedding(seed: int = 1) -> torch.Tensor:
 
 
 def build(name: str, **kw):
-    """``build_loss(name, VOCAB, ...)``, with a toy cost embedding for EMO."""
-    if name == "emo":
-        kw.setdefault("cost_embedding", cost_embedding())
-    return build_loss(name, VOCAB, **kw)
+    """``build_loss(name, VOCAB, ...)``, with the toy cost embedding as the LM-head weight (EMO's)."""
+    return build_loss_for_model(name, VOCAB, head_weight=cost_embedding, **kw)

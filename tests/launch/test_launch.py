@@ -37,11 +37,13 @@ def _tool(name: str) -> str:
     return path
 
 
+@pytest.mark.launches
 def test_shell_scripts_are_shellcheck_clean():
     proc = subprocess.run([_tool("shellcheck"), *map(str, SCRIPTS)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout
 
 
+@pytest.mark.launches
 def test_dockerfile_is_hadolint_clean():
     proc = subprocess.run(
         [_tool("hadolint"), "--config", str(REPO / ".hadolint.yaml"), str(REPO / "docker" / "Dockerfile")],
@@ -76,6 +78,7 @@ def _slurm_env(tmp_path: Path, nodes: int, nodelist: str, **extra) -> dict:
     return env
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("nodes, nodelist", [(1, "gpu07"), (2, "gpu[01-02]"), (16, "gpu[01-16]")])
 def test_slurm_dry_run_prints_every_node_command(tmp_path, nodes, nodelist):
     env = _slurm_env(tmp_path, nodes, nodelist, DRY_RUN="1", GPUS_PER_NODE="8")
@@ -111,6 +114,7 @@ def test_slurm_dry_run_prints_every_node_command(tmp_path, nodes, nodelist):
         ]
 
 
+@pytest.mark.launches
 def test_slurm_dry_run_user_keys_win_and_bad_nodelist_is_named(tmp_path):
     env = _slurm_env(tmp_path, 2, "gpu[01-02]", DRY_RUN="1")
     proc = subprocess.run(
@@ -153,6 +157,7 @@ def _overrides(tiny_model: Path, tmp_path: Path, **extra) -> list[str]:
     return [f"{k}={v}" for k, v in values.items()]
 
 
+@pytest.mark.launches
 def test_slurm_job_with_two_nodes_forms_one_world(tiny_model, tmp_path):
     out = tmp_path / "run"
     env = _slurm_env(
@@ -185,6 +190,7 @@ def test_slurm_job_with_two_nodes_forms_one_world(tiny_model, tmp_path):
     assert "run status: finished" in proc.stdout
 
 
+@pytest.mark.launches
 def test_single_node_launcher_on_cpu(tiny_model, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "DEVICE": "cpu", "NPROC": "2", "PYTHON": sys.executable, "OMP_NUM_THREADS": "1"}
@@ -217,6 +223,7 @@ def test_single_node_launcher_on_cpu(tiny_model, tmp_path):
     assert "[run] 2 rank(s) on CPU" in proc.stdout and [r["step"] for r in records(out)] == [1, 2]
 
 
+@pytest.mark.launches
 def test_docker_launcher_dry_run(tmp_path):
     recipe = tmp_path / "mine.yaml"
     recipe.write_text("loss: del\n")
@@ -253,6 +260,7 @@ def test_docker_launcher_dry_run(tmp_path):
     assert argv[argv.index("-e") + 1] == "NPROC"
 
 
+@pytest.mark.launches
 def test_stop_signal_checkpoints_and_marks_the_run_stopped(tiny_model, tmp_path):
     """USR1 (what launch/slurm forwards before the time limit): the step finishes, a complete
     checkpoint is written, run_status.json says stopped, the process exits 0."""

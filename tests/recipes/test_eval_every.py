@@ -15,6 +15,8 @@ import pytest
 from helpers.shared import real_tokenizer
 from helpers.training import make_tiny_qwen2, records, run_train, tiny_run, train_losses
 
+pytestmark = pytest.mark.launches
+
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> dict:

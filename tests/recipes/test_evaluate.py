@@ -17,6 +17,8 @@ from del_core.evaluation.scoring import is_correct
 from helpers.shared import REPO, real_tokenizer
 from helpers.training import make_tiny_qwen2
 
+pytestmark = pytest.mark.launches
+
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):

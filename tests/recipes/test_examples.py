@@ -13,6 +13,8 @@ import pytest
 from helpers.shared import REPO, real_tokenizer
 from helpers.training import make_tiny_qwen2
 
+pytestmark = pytest.mark.launches
+
 EXAMPLES = REPO / "recipes" / "examples"
 
 

@@ -70,6 +70,7 @@ def _close_losses(a: dict, b: dict) -> None:
         assert math.isclose(a[step], b[step], rel_tol=RTOL), (step, a[step], b[step])
 
 
+@pytest.mark.launches
 def test_zero3_lora_exports_merged_model_and_adapter(base, reference):
     """The merged export (plain HF keys) and the adapter (PeftModel on the original base) both give
     the held-out CE the run measured in memory at the end; only the adapted layers differ from the
@@ -106,6 +107,7 @@ def test_zero3_lora_exports_merged_model_and_adapter(base, reference):
             torch.testing.assert_close(merged[key], weight + (ALPHA / R) * lora_b @ lora_a, rtol=0, atol=1e-6)
 
 
+@pytest.mark.launches
 def test_zero2_two_ranks_equal_one_rank(base, reference, tmp_path):
     """ZeRO-2 with 2 gloo ranks (accumulation 2) vs the ZeRO-3 single process (accumulation 4):
     the same losses at steps 2-3 and the same exported adapter. A rank that updated its adapters
@@ -120,6 +122,7 @@ def test_zero2_two_ranks_equal_one_rank(base, reference, tmp_path):
         torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.launches
 def test_resume_after_a_crash_equals_the_uninterrupted_run(base, reference, tmp_path):
     """ZeRO-2, one process: checkpoint at step 2 (adapters and their optimizer state only, the
     frozen base left out), an abrupt exit in step 3, resume=auto: the losses and the adapter of the
@@ -139,6 +142,7 @@ def test_resume_after_a_crash_equals_the_uninterrupted_run(base, reference, tmp_
         torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.launches
 def test_unknown_target_module_is_one_line_before_training(base, tmp_path):
     overrides = {**base, "lora.target_modules": "[q_proj,qkv_proj]", "run.output_dir": tmp_path}
     proc = run_train(1, overrides, expect_rc=2, timeout=120)

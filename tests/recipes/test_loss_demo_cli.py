@@ -12,6 +12,8 @@ import pytest
 from helpers.shared import REPO, real_tokenizer
 from helpers.training import make_tiny_qwen2
 
+pytestmark = pytest.mark.launches
+
 DEMO = REPO / "recipes" / "loss_demo.py"
 
 

@@ -13,6 +13,8 @@ import pytest
 
 from helpers.shared import REPO
 
+pytestmark = pytest.mark.launches
+
 BENCH = REPO / "recipes" / "numeric_bench.py"
 SMOKE = REPO / "recipes" / "configs" / "numeric-bench-smoke.yaml"
 

@@ -17,6 +17,8 @@ import pytest
 from helpers.shared import REPO, real_tokenizer, shared_dir
 from helpers.training import make_tiny_qwen2
 
+pytestmark = pytest.mark.launches
+
 STUDY = REPO / "recipes" / "study.py"
 CPU_CONFIG = REPO / "recipes" / "configs" / "study-cpu.yaml"
 

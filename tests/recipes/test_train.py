@@ -16,6 +16,8 @@ from del_core.training.records import read_metrics
 from helpers.shared import real_tokenizer
 from helpers.training import make_tiny_qwen2, records, run_train, tiny_run, train_losses
 
+pytestmark = pytest.mark.launches
+
 RTOL = 1e-5  # fp32 round-off between different reduction orders
 
 

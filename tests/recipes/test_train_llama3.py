@@ -190,6 +190,7 @@ def _check_first_step(row: dict, ref: StepReference, loss: str) -> None:
 
 
 # --- the tests ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_vocabulary_read_off_independently(base, llama3, data, first_step):
     """What the reference relies on: Llama-3's 1,110 number tokens, digit runs written in groups of
     3 from the left (so the data's number targets are countable from its text), and a first batch
@@ -208,6 +209,7 @@ def test_vocabulary_read_off_independently(base, llama3, data, first_step):
     assert first_step.del_by_width[2] + first_step.del_by_width[3] > 0.2 * first_step.del_sum > 0
 
 
+@pytest.mark.launches
 def test_del_trains_under_zero3_with_the_llama3_vocabulary(base, llama3, data, first_step, tmp_path):
     """DEL, ZeRO-3, 2 ranks, 3 steps: the multi-digit vocabulary is logged; each step counts
     exactly the number-token and token targets of its items; step 1 (initial weights) has the CE,
@@ -238,6 +240,7 @@ def test_del_trains_under_zero3_with_the_llama3_vocabulary(base, llama3, data, f
     assert final.after.ce < final.before.ce  # the training moved the model the right way
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("loss", ["ntl_was", "dist2"])
 def test_ntl_and_dist2_score_the_llama3_vocabulary(base, first_step, tmp_path, loss):
     """One ZeRO-3 step of NTL-WAS (in units of the token's leading place) and DIST2 (raw token
@@ -253,6 +256,7 @@ def test_ntl_and_dist2_score_the_llama3_vocabulary(base, first_step, tmp_path, l
     _check_first_step(row, first_step, loss)
 
 
+@pytest.mark.launches
 def test_gpt2_vocabulary_is_refused_before_training(base, tiny_model, tmp_path):
     """GPT-2's incomplete, space-glued number tokens: loss del stops with one line naming the
     reason, before the data or the model is loaded."""
@@ -273,6 +277,7 @@ def test_gpt2_vocabulary_is_refused_before_training(base, tiny_model, tmp_path):
     assert not (out / "metrics.jsonl").exists()
 
 
+@pytest.mark.launches
 def test_tokenizer_key_takes_the_gguf_vocabulary(base, tiny_model, tmp_path):
     """``model.tokenizer=<ggml-vocab-llama-bpe.gguf>``: only the vocabulary is read from the file
     (its metadata describes Llama-3-8B, which must not be built)."""

@@ -30,7 +30,7 @@ class NumericBenchConfig:
     """Every key of a benchmark run. Sizes in problems; ``steps`` are optimizer steps."""
 
     output_root: str = "runs/numeric-bench"
-    losses: list[str] = field(default_factory=lambda: ["mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del"])
+    losses: list[str] = field(default_factory=lambda: list(LOSS_NAMES))
     grids: dict[str, list[float]] = field(default_factory=lambda: dict(DEFAULT_GRIDS))
     seeds: list[int] = field(default_factory=lambda: list(range(16)))  # test seeds (paired over losses)
     select_seeds: list[int] = field(default_factory=lambda: [100])  # seeds of the lambda selection

@@ -27,7 +27,6 @@ from del_core.losses import LOSS_NAMES
 from del_core.models.sources import ModelSourceError, check_model_source
 from del_core.training.config import TRAIN_ALIASES, TrainConfig
 
-STUDY_LOSSES = ("mle", "mixce", "emo", "ntl_was", "ntl_mse", "dist2", "del")
 # Keys that may change between invocations on the same output_root (they do not change results).
 RESUMABLE_KEYS = ("losses", "seeds", "output_root", "threads", "benchmark_dir", "eval_batch_size", "keep_weights")
 
@@ -41,7 +40,7 @@ class StudyConfig:
     """Every key of a study YAML file. Sizes are in problems (rows) and tokens."""
 
     model: str = "smollm2"  # the starting model of every run (a del_core.models.sources source)
-    losses: list[str] = field(default_factory=lambda: list(STUDY_LOSSES))
+    losses: list[str] = field(default_factory=lambda: list(LOSS_NAMES))
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     output_root: str = "runs/study"
     # loss -> lambda, or "auto" (lambda from the first batch, docs/lambda.md); absent = the loss's default

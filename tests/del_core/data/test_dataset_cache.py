@@ -84,6 +84,7 @@ def test_cached_data_equals_the_in_memory_path(tmp_path, data_file, smollm2, pro
     assert any("truncated" in line for line in logs)  # max_length 96 cuts some of them
 
 
+@pytest.mark.launches
 def test_several_tokenising_processes_give_the_same_data(tmp_path, data_file, smollm2, monkeypatch):
     monkeypatch.setattr(cache_module, "MIN_ROWS_PER_PROCESS", 50)
     request = DataRequest(str(data_file), "train", None, 8, 128, False, 2, "chat")
@@ -156,6 +157,7 @@ def test_bad_rows_and_missing_chat_templates_fail_before_an_entry_exists(tmp_pat
     assert list(cache.iterdir()) == []  # no entry, and the failed build's staging directory is removed
 
 
+@pytest.mark.launches
 def test_two_local_ranks_share_one_entry_and_get_the_in_memory_batches(tmp_path, data_file, smollm2):
     """Two processes (torch.distributed.run, gloo): local rank 0 builds, rank 1 waits and hits; both
     read the same entry, and each rank's micro-batches equal the in-memory path's."""

@@ -93,6 +93,7 @@ def test_wrong_answers_score_zero(name, data_dir):
     assert (summary["n"], summary["correct"], summary["unanswered"]) == (ROWS[name], 0, 0)
 
 
+@pytest.mark.launches
 def test_gold_programs_through_the_sandbox(data_dir):
     """The open-ended sets (the ones the protocol asks for programs), 3 questions each, for real."""
     records = [r for name in OPEN_ENDED for r in load_benchmark(name, data_dir, limit=3)]

@@ -23,7 +23,13 @@ CHOICES = ("p = 4", "p = 8", "p = 12", "p = 24")
         ("1.75", "1.8", False),
         ("11.24", "11.2", False),
         ("18.90", "18.9", True),
-        ("583.33", "583.3333", False),
+        ("583.33", "583.3333", True),  # 1750/3 to 2 places: the gold rounds a repeating decimal
+        ("583.333", "583.3333", True),
+        ("583.34", "583.3333", False),
+        ("583.3", "583.3333", False),  # one place: fewer than any gold of the files is rounded to
+        ("0.67", "0.6667", True),
+        ("0.45", "0.4545", True),  # 5/11
+        ("0.455", "0.45", False),  # 0.45 rounds no repeating decimal (5/11 needs 4 places)
         ("28.0833", "28.08", True),
         ("28.1", "28.08", False),
         ("18", "18", True),

@@ -3,6 +3,8 @@ prompt each kind of question gets, at which generation length, and how a reply b
 
 from __future__ import annotations
 
+import pytest
+
 from del_core.evaluation.benchmarks import Record
 from del_core.evaluation.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX
 from del_core.evaluation.protocol import GenerationLengths, evaluate, score_outputs
@@ -40,6 +42,7 @@ class ScriptedGenerator:
         return "12 is option (B).\nThe answer is (B)."
 
 
+@pytest.mark.launches
 def test_each_kind_gets_its_prompt_length_and_reading():
     generator = ScriptedGenerator()
     rows = evaluate(RECORDS, generator, LIMITS, workers=2, lengths=GenerationLengths(open_ended=150, choice=200))
@@ -67,6 +70,7 @@ def test_release_lengths_are_the_defaults():
     assert GenerationLengths() == GenerationLengths(open_ended=1500, choice=2048)
 
 
+@pytest.mark.launches
 def test_score_only_reads_a_program_reply_without_a_program_as_text():
     items = [(RECORDS[1], "Ten. The answer is 10.", "pot"), (RECORDS[0], "```python\nprint(18)\n```", "auto")]
     rows = score_outputs(items, LIMITS, workers=1)

@@ -264,6 +264,7 @@ for pid in (HARNESS, DECOY, os.getppid()):
 }
 
 
+@pytest.mark.launches
 @needs_namespaces
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_namespaces_contain_the_attack(attack, decoys):
@@ -278,6 +279,7 @@ def test_namespaces_contain_the_attack(attack, decoys):
 BASIC_REFUSES = sorted(name for name, what in BASIC_GUARANTEES.items() if what.startswith("refused"))
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("attack", BASIC_REFUSES)
 def test_basic_refuses_what_it_guarantees(attack, decoys):
     result = run_program(_program(ATTACKS[attack], decoys), LIMITS["basic"])
@@ -302,6 +304,7 @@ def test_the_basic_guarantees_table_covers_every_attack_and_admits_the_rest():
 CONTROLS = {"f_dir_fd_and_chdir_writes": "WROTE", "g_reading_files_and_environ": "READ "}
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("attack", sorted(CONTROLS))
 def test_the_attacks_get_through_without_a_sandbox(attack, decoys):
     """The controls: with mode none (rlimits only) the same programs do write and read the decoys,
@@ -314,6 +317,7 @@ def test_the_attacks_get_through_without_a_sandbox(attack, decoys):
         assert decoys.outside.read_text() == "pwned"
 
 
+@pytest.mark.launches
 @pytest.mark.skipif(os.geteuid() != 0, reason="RLIMIT_NPROC = 0 stops the fork of a non-root control")
 def test_private_process_creation_gets_through_without_a_sandbox(decoys):
     result = run_program(_program(ATTACKS["a_private_process_creation"], decoys), SandboxLimits(mode="none"))

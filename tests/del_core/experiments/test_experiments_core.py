@@ -128,6 +128,7 @@ def _write_env(path: str) -> None:
     print("to the log")
 
 
+@pytest.mark.launches
 def test_a_spawned_step_gets_its_environment_and_a_failure_names_it_with_its_log(tmp_path):
     log = tmp_path / "step.log"
     run_spawned(_write_env, str(tmp_path / "env"), log, {"EXPERIMENT_PROBE": "42"}, "probe")

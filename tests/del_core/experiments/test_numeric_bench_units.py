@@ -57,6 +57,7 @@ def test_splits_never_share_a_problem_and_ood_is_wider():
     assert make_split("test", 50, 3, seed=3) != make_split("test", 50, 3, seed=4)
 
 
+@pytest.mark.slow
 def test_too_many_unique_problems_is_a_clear_error():
     with pytest.raises(ValueError, match="only .* unique test problems"):
         make_split("test", 5000, 1, seed=0, tasks=["add"])

@@ -37,6 +37,7 @@ def test_from_hidden_equals_dense(name, chunk_size):
     torch.testing.assert_close(w2.grad, w1.grad, rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mle", "del", "dist2"])
 def test_from_hidden_gradcheck(name):
     hidden, weight, labels = hidden_batch(texts=["a1.5b", "_37xy"])

@@ -15,6 +15,8 @@ from torch._dynamo.utils import counters
 from del_core import LOSS_NAMES
 from helpers.toy_vocab import V, build, encode
 
+pytestmark = pytest.mark.slow
+
 H = 6
 NUM_CHUNKS = 3
 LENGTHS = (12, 17, 23, 31)  # the first traces; the other three must reuse its graph
@@ -87,6 +89,7 @@ def test_other_losses_compile_to_one_graph(name):
         assert compile_and_compare(name, "chunked", LENGTHS[:2]) == 1
 
 
+@pytest.mark.launches  # inductor runs a C++ compiler in a subprocess
 @pytest.mark.slow  # ~75 s on 2 cores with a cold inductor cache (C++ compilation), ~10 s warm
 def test_inductor_matches_eager():
     # Inductor fuses and reorders the float64 reductions over V and N (at most ~100 terms here):

@@ -133,6 +133,7 @@ def test_del_reproduces_released_function_on_one_micro_batch():
     assert ours.item() == pytest.approx(released.item(), rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mle", "del", "ntl_was", "ntl_mse", "dist2"])
 def test_gradcheck_float64(name):
     """These losses have no detached parts, so their gradient is the derivative of their value."""
@@ -142,6 +143,7 @@ def test_gradcheck_float64(name):
     assert torch.autograd.gradcheck(lambda z: loss_fn(z, labels).loss, (logits,), eps=1e-6, atol=1e-7)
 
 
+@pytest.mark.slow
 def test_dist2_place_weighted_gradcheck_and_value():
     logits, labels = make_batch(texts=["a12.5b", "_3.7_x"], scale=1.0)
     plain = build("dist2", weight=1.0)(logits, labels)

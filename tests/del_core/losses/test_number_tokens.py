@@ -164,6 +164,7 @@ def test_wide_tokens_are_scored_by_their_value():
     assert aux_with_peak_at("956") == pytest.approx(5.0, rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DIGIT_LOSSES)
 def test_llama3_real_vocabulary_matches_the_reference(name):
     tok = real_tokenizer("llama-bpe")
@@ -197,6 +198,7 @@ def test_single_digit_labels_on_a_multi_digit_vocabulary_reduce_exactly(name):
     assert torch.equal(grad_multi, grad_single)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, place_weighted", LOSS_CASES)
 def test_qwen2_equals_the_reference_with_width_one(name, place_weighted):
     """On Qwen2's single-digit vocabulary the page's reference is the spec's definition."""
@@ -213,6 +215,7 @@ def test_qwen2_equals_the_reference_with_width_one(name, place_weighted):
     torch.testing.assert_close(grad, z.grad, rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, place_weighted", LOSS_CASES)
 def test_gradcheck_float64(name, place_weighted):
     case = make_number_vocab(2, V=114, seed=4)
@@ -240,6 +243,7 @@ def test_chunked_path_equals_the_logits_path(name, chunking):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_chunked_gradcheck_float64():
     case = make_number_vocab(2, V=120, seed=8)
     _, labels = _case_batch(case, ["7.25_x", "40.031"])
@@ -280,6 +284,7 @@ ALPHABET = [CASE3.id_of(t) for t in ("7", "0", "42", "05", "123", "007", "999")]
 ALPHABET += [CASE3.vocab.point_id] * 3 + [CASE3.other] * 3 + [-100]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(st.sampled_from(ALPHABET), min_size=12, max_size=12), min_size=1, max_size=3))
 def test_spans_match_the_digit_reading(rows):

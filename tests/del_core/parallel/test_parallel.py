@@ -212,6 +212,7 @@ def _assert_close(actual, expected, tol, what):
     torch.testing.assert_close(actual, expected, **tol, msg=lambda message: f"{what}: {message}")
 
 
+@pytest.mark.launches
 @pytest.mark.parametrize("scenario", ["first", "split", "last", "qwen2", "no_digits", *MULTI_SCENARIOS])
 def test_vocab_parallel_equals_unsharded(world_results, scenario):
     """Every rank's loss, aux, metrics and hidden gradient, and its local logit columns' and
@@ -235,6 +236,7 @@ def test_vocab_parallel_equals_unsharded(world_results, scenario):
         assert [r[scenario]["range"] for r in ranks] == [vocab_range(sc["V"], i, world) for i in range(world)]
 
 
+@pytest.mark.launches
 def test_digit_placement_really_spans_ranks(world_results):
     world, scs, ranks = world_results
     if world == 1:
@@ -260,6 +262,7 @@ def _owners(ranks, scenario, ids):
     return {rank for rank, r in enumerate(ranks) for i in ids if r[scenario]["range"][0] <= i < r[scenario]["range"][1]}
 
 
+@pytest.mark.launches
 def test_multi_digit_placement_and_labels(world_results):
     """The multi-digit scenarios are what they claim: shuffled ids, number tokens on rank 0 only or
     every width group on every rank, labels of every width with points and ignored positions."""
@@ -283,6 +286,7 @@ def test_multi_digit_placement_and_labels(world_results):
         assert len(_owners(ranks, scenario, set(labels) - set(sum(groups, [])) - {-100})) == world
 
 
+@pytest.mark.launches
 def test_multi_digit_payload_is_2_plus_c_per_token(world_results):
     """Per token, on both paths: one MAX of 1 number and one SUM of 2 + C numbers (C = 1,110 for
     K = 3, 110 for K = 2), whatever V is (4,447, 1,409 or 128,256 rows); from hidden states one
@@ -300,6 +304,7 @@ def test_multi_digit_payload_is_2_plus_c_per_token(world_results):
                 assert (hid["calls"], hid["bytes"]) == (2 * math.ceil(n_tokens / 5), payload), (scenario, name, world)
 
 
+@pytest.mark.launches
 def test_collective_bytes_per_token_do_not_depend_on_vocab_size(world_results):
     """Per token: one MAX of 1 number, one SUM of 2 + 10 digit logits (+ 2 x 4 for EMO), float64."""
     world, scs, ranks = world_results
@@ -314,6 +319,7 @@ def test_collective_bytes_per_token_do_not_depend_on_vocab_size(world_results):
         assert r["qwen2"][("del", "logits")]["bytes"] == n_qwen * (1 + 12) * 4
 
 
+@pytest.mark.launches
 def test_vocab_parallel_head_roundtrip(world_results):
     world, _, ranks = world_results
     weight = torch.randn(V_HEAD, 5, generator=torch.Generator().manual_seed(5), dtype=torch.float64)

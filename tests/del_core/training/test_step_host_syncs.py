@@ -25,6 +25,8 @@ import pytest
 
 from helpers.training import make_tiny_qwen2
 
+pytestmark = pytest.mark.launches
+
 pytest.importorskip("deepspeed")
 
 WORKER = Path(__file__).resolve().parents[2] / "helpers" / "step_sync_worker.py"

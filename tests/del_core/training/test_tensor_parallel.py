@@ -18,6 +18,8 @@ import torch
 from helpers.shared import real_tokenizer
 from helpers.training import make_tiny_qwen2, run_train, tiny_run, train_losses
 
+pytestmark = pytest.mark.launches
+
 RTOL = 1e-5
 
 
@@ -87,6 +89,16 @@ def test_tensor_parallel_equals_single_process(runs, name, tp, extra):
     log = runs.procs(name).stdout
     assert f"tensor parallel {tp} x data parallel {4 // tp}" in log
     assert f"LM head columns [0, {151936 // tp})" in log  # rank 0 holds the first vocab shard only
+    _assert_same_run(out, reference)
+
+
+def test_emo_under_tensor_parallelism_equals_single_process(runs):
+    """EMO's cost embedding (the LM head copied before training) keeps each rank's vocabulary rows
+    (``NumericLoss.for_vocab_slice``): TP 2 x DP 2 trains as one process does."""
+    emo = {"loss": "emo", "loss.weight": ""}
+    reference = runs("tp1_emo", 1, **emo)
+    out = runs("tp2_dp2_zero3_emo", 4, **{"parallel.tp": 2}, **emo)
+    assert "LM head columns [0, 75968)" in runs.procs("tp2_dp2_zero3_emo").stdout
     _assert_same_run(out, reference)
 
 

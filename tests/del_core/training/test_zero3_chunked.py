@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import torch.multiprocessing as mp
 
+pytestmark = pytest.mark.launches
+
 pytest.importorskip("deepspeed")
 
 from del_core.parallel import free_port  # noqa: E402

@@ -1,15 +1,17 @@
-"""DEL and its baselines behind one interface, selected by name with :func:`build_loss`."""
+"""The catalog of losses: DEL and its baselines behind one interface, selected by name with :func:`build_loss`."""
 
 from __future__ import annotations
 
+import copy
 from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
 
 from ..vocab import DigitVocab
-from .base import Batch, NumericLoss
+from .base import Batch, LossNeeds, NumericLoss
 from .digit_terms import del_term, dist2_term, leading_place_scale, ntl_mse_term, ntl_was_term
+from .statistics import VocabSlice
 from .token_terms import emo_from_ce, mixce_from_ce
 
 # Default lambda of DEL: the effective weight of the released Qwen2.5-1.5B run (DEL_SPEC.md s.3).
@@ -46,6 +48,7 @@ class EMOLoss(NumericLoss):
     taken at the start of training. Rows are L2-normalised here, once, in fp32."""
 
     name = "emo"
+    needs = LossNeeds(head_weight_as="cost_embedding")
 
     def __init__(self, vocab: Optional[DigitVocab], cost_embedding: torch.Tensor, validate: Union[bool, str] = "async"):
         super().__init__(vocab, 0.0, validate)
@@ -61,6 +64,20 @@ class EMOLoss(NumericLoss):
     def cost_embedding_rows(self) -> torch.Tensor:
         return self.cost_embedding
 
+    def for_vocab_slice(self, vocab_slice: VocabSlice) -> EMOLoss:
+        """A copy holding the normalised rows ``[start, end)`` only (the statistics would otherwise
+        slice the full [V, H] copy on every call, and every rank would hold all V rows)."""
+        if self.cost_embedding.shape[0] != vocab_slice.vocab_size:
+            raise ValueError(
+                f"emo: the cost embedding has {self.cost_embedding.shape[0]} rows, the vocabulary "
+                f"{vocab_slice.vocab_size}: slice a full-vocabulary loss"
+            )
+        shard = copy.copy(self)
+        # A module's buffers live in a dict that copy.copy shares: give the copy its own.
+        shard._buffers = dict(self._buffers)
+        shard.cost_embedding = self.cost_embedding[vocab_slice.start : vocab_slice.end].clone()
+        return shard
+
     def token_part(self, batch: Batch, ce: torch.Tensor) -> torch.Tensor:
         stats = batch.stats
         return emo_from_ce(ce, stats.expected, stats.target_embedding, batch.valid)
@@ -69,7 +86,7 @@ class EMOLoss(NumericLoss):
 class DigitAuxLoss(NumericLoss):
     """CE plus ``weight`` times the mean over digit positions of a digit term."""
 
-    needs_vocab = True
+    needs = LossNeeds(vocab=True)
 
     def __init__(self, vocab: DigitVocab, weight: float, validate: Union[bool, str] = "async"):
         if weight < 0:
@@ -147,6 +164,18 @@ LOSS_NAMES = tuple(_LOSSES)
 WEIGHTED_LOSSES = tuple(name for name, (_, default_weight) in _LOSSES.items() if default_weight is not None)
 
 
+def loss_class(name: str) -> type[NumericLoss]:
+    """The class of the loss ``name`` (case-insensitive, ``-`` = ``_``): one of :data:`LOSS_NAMES`."""
+    return _LOSSES[_key(name)][0]
+
+
+def _key(name: str) -> str:
+    key = name.lower().replace("-", "_")
+    if key not in _LOSSES:
+        raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSS_NAMES)}")
+    return key
+
+
 def build_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float] = None, **options) -> NumericLoss:
     """Build a loss by name: one of ``mle mixce emo ntl_was ntl_mse dist2 del``.
 
@@ -156,12 +185,11 @@ def build_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float] =
     that name positions; ``"off"``; see :class:`NumericLoss`). ``vocab`` may be None for mle/mixce/emo (then no
     digit metrics are reported).
     """
-    key = name.lower().replace("-", "_")
-    if key not in _LOSSES:
-        raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSS_NAMES)}")
+    key = _key(name)
     cls, default_weight = _LOSSES[key]
-    if key == "emo" and options.get("cost_embedding") is None:
-        raise TypeError("loss 'emo' needs cost_embedding=<the LM-head weight [V, H] at the start of training>")
+    option = cls.needs.head_weight_as
+    if option is not None and options.get(option) is None:
+        raise TypeError(f"loss {key!r} needs {option}=<the LM-head weight [V, H] at the start of training>")
     if default_weight is None:
         if weight is not None:
             raise TypeError(f"loss {key!r} has no weight lambda (MixCE takes eta=, EMO has none)")

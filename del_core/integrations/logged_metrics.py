@@ -19,7 +19,7 @@ from del_core.losses import LossOutput
 _SUMS = 5
 
 
-class StepMetrics:
+class LoggedMetrics:
     """Sums over the micro-batches since the last log; ``steps`` counts the optimizer steps.
 
     :meth:`add` keeps everything on the device (no host sync); :meth:`collect` reduces over the

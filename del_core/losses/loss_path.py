@@ -1,0 +1,103 @@
+"""Where a loss reads the model's scores: its logits, or its last hidden states chunk by chunk.
+
+Two paths, one name each (:data:`LOSS_PATHS`):
+
+* ``"logits"``: the model's logits [..., T, V] go to ``loss(logits, targets, ...)``;
+* ``"chunked"``: the last hidden states [..., T, H] (the LM head's input) and the LM-head weight
+  [V or V_local, H] go to ``loss.from_hidden``, ``chunk_size`` tokens at a time, so the [N, V]
+  logits are never held whole.
+
+:func:`loss_on_path` is the one place that branches between them; the training objective and the
+Hugging Face Trainer adapter both call it after running their model.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ..spans import NumberSpans
+from .base import LossOutput, Normaliser, NumericLoss
+from .statistics import VocabSlice
+
+LOSS_PATHS = ("logits", "chunked")
+# Spellings accepted for one release, with a FutureWarning naming the path's name.
+_DEPRECATED_PATHS = {"hidden": "chunked"}
+
+
+def loss_path_name(value: str, setting: str = "loss_path", stacklevel: int = 2) -> str:
+    """``value`` as one of :data:`LOSS_PATHS`; ``"hidden"`` is read as ``"chunked"`` with a
+    FutureWarning (attributed ``stacklevel`` frames above the caller). ``setting`` names the
+    option in the messages. Anything else raises ValueError."""
+    if value in _DEPRECATED_PATHS:
+        name = _DEPRECATED_PATHS[value]
+        warnings.warn(
+            f"{setting}={value!r} is deprecated and will be removed in the next release: use {setting}={name!r}",
+            FutureWarning,
+            stacklevel=stacklevel + 1,
+        )
+        return name
+    if value not in LOSS_PATHS:
+        raise ValueError(
+            f"{setting}={value!r}: choose 'logits' (the model's logits) or 'chunked' (from the last hidden "
+            "states and the LM-head weight, chunk by chunk)"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class LossCalls:
+    """The two calls of one loss: ``logits`` (``NumericLoss.forward``) and ``hidden``
+    (``NumericLoss.from_hidden``), or compiled forms of them with the same signatures."""
+
+    logits: Callable[..., LossOutput]
+    hidden: Callable[..., LossOutput]
+
+    @classmethod
+    def of(cls, loss: NumericLoss) -> LossCalls:
+        return cls(loss.forward, loss.from_hidden)
+
+
+def loss_on_path(
+    path: str,
+    calls: LossCalls,
+    source: torch.Tensor,
+    targets: torch.Tensor,
+    num_tokens: Normaliser = None,
+    num_digits: Normaliser = None,
+    *,
+    head_weight: Optional[torch.Tensor] = None,
+    chunk_size: int = 256,
+    num_chunks: Optional[int] = None,
+    vocab_slice: Optional[VocabSlice] = None,
+    spans: Optional[NumberSpans] = None,
+) -> LossOutput:
+    """The loss of ``targets`` [..., T] (aligned, -100 ignored) on ``path`` (one of :data:`LOSS_PATHS`).
+
+    ``source``: the logits [..., T, V or V_local] on ``"logits"``; the last hidden states
+    [..., T, H] on ``"chunked"``, scored against ``head_weight`` [V or V_local, H] ``chunk_size``
+    tokens at a time (or in ``num_chunks`` chunks, see ``NumericLoss.from_hidden``).
+    ``num_tokens``/``num_digits``: the global normalisers; ``vocab_slice``: this process's
+    vocabulary columns under tensor parallelism; ``spans``: the targets' number spans if known.
+    """
+    if path == "logits":
+        return calls.logits(source, targets, num_tokens, num_digits, vocab_slice=vocab_slice, spans=spans)
+    if path != "chunked":
+        raise ValueError(f"unknown loss path {path!r}; choose one of {', '.join(LOSS_PATHS)}")
+    if head_weight is None:
+        raise ValueError("the chunked loss path needs the LM-head weight [V, H]")
+    return calls.hidden(
+        source,
+        head_weight,
+        targets,
+        num_tokens,
+        num_digits,
+        vocab_slice=vocab_slice,
+        chunk_size=chunk_size,
+        spans=spans,
+        num_chunks=num_chunks,
+    )
