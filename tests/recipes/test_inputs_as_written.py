@@ -12,6 +12,8 @@ import pytest
 from helpers.shared import REPO
 from helpers.training import run_train
 
+pytestmark = pytest.mark.launches  # recipes/train.py runs; the scoring may start its sandbox
+
 
 def _one_line_error(stderr: str, message: str) -> None:
     lines = stderr.strip().splitlines()
