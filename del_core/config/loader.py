@@ -1,8 +1,9 @@
 """Loading a structured configuration: schema defaults <- YAML recipe (with ``base:``) <- overrides.
 
-Values are typed by the schema (OmegaConf validates and converts them: ``lr=2e-5`` is a float,
-``packing=true`` a bool, ``loss.options={eta: 0.3}`` a mapping); an empty value (``loss.weight=``)
-is null. Unknown keys and wrong types raise :class:`ConfigError` naming the key, its source and,
+Values are typed by the schema: numbers as :mod:`del_core.config.numbers` reads them (``lr=2e-5``
+and ``loss.weight=1e-3`` are floats, in a recipe and on the command line alike), the rest through
+OmegaConf (``packing=true`` is a bool, ``loss.options={eta: 0.3}`` a mapping); an empty value
+(``loss.weight=``) is null. Unknown keys and wrong types raise :class:`ConfigError` naming the key, its source and,
 for a misspelt key, the closest known ones.
 
 ``KeyAliases`` keep older spellings working: ``shorthands`` map a section name given a scalar to
@@ -24,6 +25,8 @@ from typing import Any, Optional, TypeVar
 import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+
+from del_core.config.numbers import NumberError, typed_numbers
 
 BASE_KEY = "base"  # a recipe's key naming the recipe file it extends (relative to itself)
 Schema = TypeVar("Schema")
@@ -87,15 +90,33 @@ def _parse_override(item: str) -> tuple[str, Any]:
     return key, (_RawText(text) if text.strip() else None)
 
 
-def _is_text_field(schema: type, dotted: str) -> bool:
+def _field_hint(schema: type, dotted: str) -> Any:
+    """The type hint of the key ``dotted`` of ``schema`` (a section's dataclass for a section), or
+    None for an unknown key."""
     owner: Any = schema
     *sections, name = dotted.split(".")
     for section in sections:
         owner = _section_types(owner).get(section)
         if owner is None:
-            return False
-    hint = typing.get_type_hints(owner).get(name)
+            return None
+    return _section_types(owner).get(name) or typing.get_type_hints(owner).get(name)
+
+
+def _is_text_field(schema: type, dotted: str) -> bool:
+    hint = _field_hint(schema, dotted)
     return hint is str or hint == Optional[str]
+
+
+def _read_numbers(schema: type, dotted: str, value: Any, where: str) -> Any:
+    """``value`` with the numbers of ``dotted`` (a key or a section given as a mapping) read as
+    written (:mod:`del_core.config.numbers`); a :class:`ConfigError` naming the key otherwise."""
+    hint = _field_hint(schema, dotted)
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        return {inner: _read_numbers(schema, f"{dotted}.{inner}", item, where) for inner, item in value.items()}
+    try:
+        return typed_numbers(hint, value)
+    except NumberError as err:
+        raise ConfigError(f"{where}: {dotted} {err}") from None
 
 
 def _typed_value(schema: type, dotted: str, value: Any, where: str) -> Any:
@@ -186,6 +207,7 @@ def _layer(
                 if f"{dotted}.{inner}" not in known:
                     raise _unknown_key_error(f"{dotted}.{inner}", schema, where)
         value = _as_list_if_needed(current, dotted, _typed_value(schema, dotted, value, where))
+        value = _read_numbers(schema, dotted, value, where)
         OmegaConf.update(layer, dotted, value, merge=True, force_add=True)
     return layer
 

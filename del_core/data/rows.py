@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from del_core.data.jsonl import JsonlError, iter_jsonl
+from del_core.data.jsonl import JsonlError, check_utf8, iter_jsonl, text_lines
 from del_core.data.synthetic import PROBLEM_SETS, make_problems
 
 REQUIRED_FIELDS = ("instruction", "output")
@@ -113,7 +113,9 @@ def _iter_file(path: Path) -> Iterator[SourceRow]:
             raise DataError(str(err).replace(": line ", ": row ", 1)) from None
         return
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads("".join(text for _, text in text_lines(path)))
+    except JsonlError as err:
+        raise DataError(str(err)) from None
     except json.JSONDecodeError as err:
         raise DataError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(data, list):
@@ -171,16 +173,29 @@ class SyntheticSpec:
 
 
 def check_source(spec: str, what: str = "data") -> None:
-    """Raise :class:`DataError` when ``spec`` cannot name data (nothing is read; a hub name is
-    only checked for its form, since the hub may not be reachable from here)."""
+    """Raise :class:`DataError` when ``spec`` cannot name data: a local file or folder whose files
+    are not all UTF-8 text (naming the file and row), a synthetic spec that does not parse, or a
+    missing path. A hub name is only checked for its form (the hub may not be reachable from here)."""
     if spec.startswith("synthetic:"):
         SyntheticSpec.parse(spec)
         return
     path = Path(spec).expanduser()
     if path.exists():
+        _check_text(path)
         return
     if spec.endswith((".json", ".jsonl")) or spec.startswith((".", "/", "~")):
         raise DataError(f"{what} {spec}: no such file or directory")
+
+
+def _check_text(source: Path) -> None:
+    """Every data file of ``source`` is UTF-8 text: a bad row named before anything loads (one
+    read of the files, at disk speed; the rows themselves are checked as they are read)."""
+    for path in data_files(source):
+        try:
+            check_utf8(path)
+        except JsonlError as err:
+            row = ": row " if path.suffix == ".jsonl" else ": line "  # a .jsonl file's lines are its rows
+            raise DataError(str(err).replace(": line ", row, 1)) from None
 
 
 def is_local(spec: str) -> bool:

@@ -6,7 +6,9 @@ prompt, output, program, answer, gold, correct; :mod:`.protocol`) and OUTPUT_DIR
 and prints the table. Re-scoring (:func:`score_only`) reads rows ``{"benchmark", "index",
 "output"[, "mode": auto | pot | cot]}`` (index = the question's position in the benchmark file),
 writes them back with answer, correct, gold, unanswered and program_status, prints the table on
-stderr and the summary as JSON on the last line of stdout.
+stderr and the summary as JSON on the last line of stdout. A predictions file with no rows is
+refused; every output file is replaced atomically once its contents exist, so a failed run leaves
+an earlier output as it was.
 
 Bad input (benchmark files, prediction rows, the model, the back end) raises
 :class:`EvaluationError` from :func:`run`, always before a model is loaded.
@@ -83,9 +85,12 @@ def read_predictions(path: Path) -> list[Prediction]:
     if not path.is_file():
         raise EvaluationError(f"--score-only file not found: {path}")
     try:
-        return [_check_prediction(row, f"{path} line {number}") for number, row in iter_jsonl(path)]
+        predictions = [_check_prediction(row, f"{path} line {number}") for number, row in iter_jsonl(path)]
     except JsonlError as err:
         raise EvaluationError(str(err)) from None
+    if not predictions:
+        raise EvaluationError(f"--score-only file {path} holds no rows (nothing to score)")
+    return predictions
 
 
 def _question(prediction: Prediction, questions: list[Record]) -> Record:
@@ -106,8 +111,8 @@ def _limits(config: EvalConfig) -> SandboxLimits:
 
 def score_only(config: EvalConfig) -> int:
     """Re-score ``config.score_only`` into ``config.output`` (module docstring); the exit status."""
-    data_dir = data_dir_from(config.data_dir)
     predictions = read_predictions(Path(config.score_only))
+    data_dir = data_dir_from(config.data_dir)
     names = sorted({p.row["benchmark"] for p in predictions})
     records = {name: load_benchmark(name, data_dir) for name in names}
     items = [(_question(p, records[p.row["benchmark"]]), p.row["output"], p.mode) for p in predictions]

@@ -2,7 +2,7 @@
 
     from del_core.integrations import DELTrainer
     trainer = DELTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer,
-                         loss="del", loss_weight=0.128)
+                         loss="del", loss_weight="auto")
     trainer.train()
 
 How a step is normalised. The Trainer draws the micro-batches of one optimizer step (its
@@ -30,6 +30,11 @@ and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidd
 [B, T, V] logits are never held (DDP and ZeRO-2; refused under ZeRO-3). Both paths are the
 training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`). Evaluation
 (``model.eval()``) normalises each batch by its own counts.
+
+``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does (:mod:`del_core.losses.auto_weight`):
+before the first optimizer step, the CE and the weight-1 digit term of that step's global batch
+are measured at the initial weights (eval mode, no gradient, RNG forked), and lambda = ``auto_ratio``
+x CE / term; the lambda chosen is logged once as ``auto_loss_weight``.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 from del_core.integrations.counting import TARGET_KEYS, WindowCounts, aligned_targets, window_target_counts
 from del_core.integrations.logged_metrics import LoggedMetrics
-from del_core.integrations.loss_setup import resolve_loss
+from del_core.integrations.loss_setup import is_auto_weight, resolve_loss
 from del_core.integrations.setup_checks import (
     argument_problems,
     head_weight,
@@ -56,7 +61,7 @@ from del_core.integrations.setup_checks import (
     parallelism_problems,
     raise_problems,
 )
-from del_core.losses import LossCalls, NumericLoss, loss_on_path, loss_path_name
+from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path, loss_path_name
 from del_core.vocab import DigitVocab
 
 
@@ -67,7 +72,8 @@ class DELTrainerMixin:
 
     * ``loss``: a loss name of :func:`del_core.build_loss` (default ``"del"``) or a built
       :class:`del_core.NumericLoss` (which then carries its own vocabulary and options);
-    * ``loss_weight``, ``loss_options``: lambda and the other options of ``build_loss``;
+    * ``loss_weight``, ``loss_options``: lambda and the other options of ``build_loss``; ``loss_weight="auto"``
+      measures lambda on the first step's batch (the module doc), ``auto_ratio`` its ratio;
     * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer;
     * ``loss_path``: ``"logits"`` (default) or ``"chunked"`` (from the last hidden states, chunk by
       chunk, never holding the [B, T, V] logits; not under ZeRO-3), ``chunk_size`` tokens per chunk
@@ -85,8 +91,9 @@ class DELTrainerMixin:
         self,
         *args: Any,
         loss: Union[str, NumericLoss] = "del",
-        loss_weight: Optional[float] = None,
+        loss_weight: Union[float, str, None] = None,
         loss_options: Optional[dict] = None,
+        auto_ratio: float = DEFAULT_AUTO_RATIO,
         vocab: Optional[DigitVocab] = None,
         loss_path: str = "logits",
         chunk_size: int = 256,
@@ -98,6 +105,7 @@ class DELTrainerMixin:
         self.del_loss_path, self.del_chunk_size = _loss_path(loss_path), chunk_size
         self._refuse_unsupported_setup()
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
+        self._del_auto_ratio = auto_ratio if is_auto_weight(loss_weight) else None  # lambda still to measure
         self._del_window: Optional[WindowCounts] = None
         self._del_left = 0  # micro-batches of the window not yet run
         self._del_metrics = LoggedMetrics()
@@ -115,6 +123,8 @@ class DELTrainerMixin:
         total = self.reduce_counts(window_target_counts(batch_samples, self.del_loss.vocab, device))
         self._del_window = WindowCounts(total[0], total[1], len(batch_samples))
         self._del_left = len(batch_samples)
+        if self._del_auto_ratio is not None:
+            self._resolve_auto_weight(batch_samples, self._del_window)
         self._del_metrics.start_step()
         return batch_samples, num_items_in_batch
 
@@ -183,6 +193,31 @@ class DELTrainerMixin:
             loss_on_path, path, calls, source, targets, head_weight=weight, chunk_size=self.del_chunk_size
         )
         return outputs, score
+
+    def _resolve_auto_weight(self, batch_samples: list, window: WindowCounts) -> None:
+        """lambda of ``loss_weight="auto"`` from the first step's micro-batches (the module doc); a
+        collective, as :meth:`get_batch_samples` is."""
+        loss_fn, model = self.del_loss, self.model
+        loss_fn.weight = 1.0
+        totals = torch.zeros(2, dtype=torch.float64, device=self.args.device)
+        was_training = model.training
+        model.eval()
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        try:
+            with torch.no_grad(), torch.random.fork_rng(devices=devices):
+                for inputs in batch_samples:
+                    inputs = self._prepare_inputs(inputs)
+                    targets = aligned_targets(inputs)
+                    counts = self.loss_normalisers(window, targets)
+                    score = self._forward(model, inputs, targets)[1]
+                    out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
+                    totals += torch.stack([out.ce, out.aux]).to(totals)
+        finally:
+            model.train(was_training)
+        ce, unit_term = self.reduce_counts(totals).tolist()
+        loss_fn.weight = auto_weight(ce, unit_term, self._del_auto_ratio)
+        self._del_auto_ratio = None
+        self.log({"auto_loss_weight": loss_fn.weight, "auto_weight_ce": ce, "auto_weight_unit_term": unit_term})
 
     def _take_window(self) -> WindowCounts:
         if self._del_window is None or self._del_left <= 0:

@@ -7,7 +7,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from del_core.losses import NumericLoss, build_loss_for_model, loss_needs
+from del_core.losses import WEIGHTED_LOSSES, NumericLoss, build_loss_for_model, loss_needs
 from del_core.vocab import DigitVocab
 
 
@@ -42,9 +42,25 @@ def head_weight_copy(model: torch.nn.Module, loss: str) -> torch.Tensor:
     return weight.detach().clone()
 
 
+AUTO_PLACEHOLDER = 1.0  # lambda of loss_weight="auto" until the first batch has been measured
+
+
+def is_auto_weight(weight: Union[float, str, None]) -> bool:
+    """Whether ``weight`` is ``"auto"``; ValueError for any other text."""
+    if isinstance(weight, str) and weight != "auto":
+        raise ValueError(f"loss_weight must be a number, 'auto' or None, got {weight!r}")
+    return weight == "auto"
+
+
+def loss_weight_arg(text: str) -> Union[float, str]:
+    """A ``--loss-weight`` command-line value: ``auto``, or a number in any spelling Python reads
+    (``0.1``, ``1e-3``, ``.5``); ValueError otherwise (argparse reports it as an invalid value)."""
+    return text if text == "auto" else float(text)
+
+
 def resolve_loss(
     loss: Union[str, NumericLoss],
-    weight: Optional[float],
+    weight: Union[float, str, None],
     options: Optional[dict],
     vocab: Optional[DigitVocab],
     processing_class: Any,
@@ -53,7 +69,8 @@ def resolve_loss(
     """``loss`` itself when it is a :class:`NumericLoss` (then ``weight``/``options``/``vocab`` must
     be unset: it carries its own); else ``build_loss_for_model(loss, vocab, weight, **options)``
     with the vocabulary of :func:`digit_vocab` and a copy of the model's LM-head weight for a loss
-    that needs one (EMO's cost embedding)."""
+    that needs one (EMO's cost embedding). ``weight="auto"`` builds the loss with a placeholder
+    lambda that the Trainer sets on its first batch."""
     if isinstance(loss, NumericLoss):
         if weight is not None or options or vocab is not None:
             raise TypeError(
@@ -62,6 +79,10 @@ def resolve_loss(
         return loss
     if not isinstance(loss, str):
         raise TypeError(f"loss must be a loss name or a del_core NumericLoss, got {type(loss).__name__}")
+    if is_auto_weight(weight):
+        if loss.lower().replace("-", "_") not in WEIGHTED_LOSSES:
+            raise ValueError(f"loss_weight='auto': loss {loss!r} has no weight lambda")
+        weight = AUTO_PLACEHOLDER
     head_weight = functools.partial(head_weight_copy, model, loss)
     return build_loss_for_model(
         loss, digit_vocab(vocab, processing_class), weight, head_weight=head_weight, **dict(options or {})

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
+import torch
+
 from del_core.config import ConfigError, KeyAliases, load_config
 from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
-from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, LOSS_PATHS, WEIGHTED_LOSSES
+from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, LOSS_PATHS, WEIGHTED_LOSSES, build_loss_for_model
 from del_core.models.sources import ModelSourceError, check_model_source
+from del_core.vocab import DigitVocab
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
 
@@ -32,7 +35,7 @@ def _check_choice(section: str, name: str, value: Any, choices: Sequence[Any]) -
 
 def _check_at_least(section: str, values: dict[str, float], low: float) -> None:
     for name, value in values.items():
-        if value < low:
+        if not value >= low:
             raise ConfigError(f"{section}.{name} must be >= {low:g}, got {value}")
 
 
@@ -70,18 +73,32 @@ class LossConfig:
         _check_choice("loss", "path", self.path, LOSS_PATHS)
         _check_choice("loss", "compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
+        self._check_options()
 
     @property
     def auto_weight(self) -> bool:
         return self.weight == "auto"
 
+    def _check_options(self) -> None:
+        """The loss builds with its weight and options (the loss's own checks: mixce's eta in [0, 1],
+        dist2's tau > 0, no unknown option), on a stand-in vocabulary of ten digits, before any model
+        loads."""
+        stand_in = DigitVocab(digit_ids=tuple(range(10)), point_id=10, name="the configuration check")
+        weight = 1.0 if self.auto_weight else self.weight
+        try:
+            build_loss_for_model(self.name, stand_in, weight, head_weight=lambda: torch.ones(11, 1), **self.options)
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"loss {self.name} with loss.options {self.options}: {err}") from None
+
     def _check_weight(self) -> None:
-        if isinstance(self.weight, str) and not self.auto_weight:
-            raise ConfigError(f"loss.weight must be a number, auto or empty, got {self.weight!r}")
-        if self.auto_weight and self.name not in WEIGHTED_LOSSES:
-            raise ConfigError(f"loss.weight=auto: loss {self.name} has no weight lambda")
         if not self.auto_ratio > 0:
             raise ConfigError(f"loss.auto_ratio must be > 0, got {self.auto_ratio}")
+        if isinstance(self.weight, str) and not self.auto_weight:
+            raise ConfigError(f"loss.weight must be a number, auto or empty, got {self.weight!r}")
+        if self.weight is not None and self.name not in WEIGHTED_LOSSES:
+            raise ConfigError(f"loss.weight={self.weight}: loss {self.name} has no weight lambda")
+        if not self.auto_weight and self.weight is not None and not self.weight >= 0:
+            raise ConfigError(f"loss.weight must be >= 0, got {self.weight}")
 
 
 @dataclass

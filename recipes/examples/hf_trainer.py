@@ -1,7 +1,7 @@
 """DEL from your own ``transformers.Trainer``: the few lines that turn it on, in a complete script.
 
     python recipes/examples/hf_trainer.py                      # SmolLM2-135M-Instruct, offline, CPU
-    python recipes/examples/hf_trainer.py --model DIR --steps 4 --loss ntl_was
+    python recipes/examples/hf_trainer.py --model DIR --steps 4 --loss ntl_was --loss-weight auto
     torchrun --nproc_per_node 8 recipes/examples/hf_trainer.py --model Qwen/Qwen2.5-1.5B \
         --deepspeed ds_configs/zero3.json
 
@@ -18,6 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq
 
 from del_core.console import filter_known_warnings
 from del_core.integrations import DELTrainer
+from del_core.integrations.loss_setup import loss_weight_arg
 from del_core.models import resolve_model
 
 filter_known_warnings()
@@ -42,7 +43,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2", help="HF directory or hub name; smollm2 = the offline default")
     parser.add_argument("--loss", default="del", help="mle mixce emo ntl_was ntl_mse dist2 del")
-    parser.add_argument("--loss-weight", type=float, default=None, help="lambda (default: the loss's own)")
+    parser.add_argument(
+        "--loss-weight",
+        type=loss_weight_arg,
+        default=None,
+        help="lambda, or auto (from the first batch); default: the loss's own",
+    )
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--output-dir", default="runs/hf-trainer-example")
     parser.add_argument("--deepspeed", default=None, help="a DeepSpeed JSON (ds_configs/zero3.json)")
@@ -75,8 +81,11 @@ def main() -> None:
         loss_weight=args.loss_weight,
     )
     loss = trainer.del_loss
-    print(f"[del] loss {loss.name} (lambda {loss.weight}); digits: {loss.vocab.describe()}")
+    weight = "auto, from the first batch" if args.loss_weight == "auto" else loss.weight
+    print(f"[del] loss {loss.name} (lambda {weight}); digits: {loss.vocab.describe()}")
     trainer.train()
+    if args.loss_weight == "auto":
+        print(f"[del] lambda auto = {loss.weight:.4g}")
 
 
 if __name__ == "__main__":

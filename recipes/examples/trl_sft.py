@@ -20,6 +20,7 @@ from trl import SFTConfig
 
 from del_core.console import filter_known_warnings
 from del_core.integrations import DELSFTTrainer
+from del_core.integrations.loss_setup import loss_weight_arg
 from del_core.models import resolve_model
 
 filter_known_warnings()
@@ -36,7 +37,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2", help="HF directory or hub name; smollm2 = the offline default")
     parser.add_argument("--loss", default="del", help="mle mixce emo ntl_was ntl_mse dist2 del")
-    parser.add_argument("--loss-weight", type=float, default=None, help="lambda (default: the loss's own)")
+    parser.add_argument(
+        "--loss-weight",
+        type=loss_weight_arg,
+        default=None,
+        help="lambda, or auto (from the first batch); default: the loss's own",
+    )
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--output-dir", default="runs/trl-sft-example")
     parser.add_argument("--deepspeed", default=None, help="a DeepSpeed JSON (ds_configs/zero3.json)")

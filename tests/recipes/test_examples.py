@@ -45,3 +45,25 @@ def test_example_trains_with_the_del_loss(script, tiny_model_dir, tmp_path):
     for step in steps:
         loss, ce, aux = (float(step[key]) for key in ("loss", "ce", "aux"))
         assert aux > 0 and abs(loss - (ce + aux)) <= 1e-3 * loss, step
+
+
+def test_hf_example_takes_loss_weight_auto(tiny_model_dir, tmp_path):
+    """``--loss-weight auto`` (today: "invalid float value: 'auto'"): lambda = 0.02 x CE / digit term
+    of the first step's batch at the initial weights, the trainer's rule, so that step's logged
+    aux is 0.02 x its CE."""
+    command = [sys.executable, str(EXAMPLES / "hf_trainer.py"), "--model", str(tiny_model_dir), "--steps", "1"]
+    command += ["--output-dir", str(tmp_path / "out"), "--loss-weight", "auto"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "[del] loss del (lambda auto, from the first batch)" in proc.stdout
+    measured = [ast.literal_eval(line[line.index("{") :]) for line in proc.stdout.splitlines() if "auto_loss" in line]
+    assert len(measured) == 1, proc.stdout[-2000:]
+    weight, ce, unit = (
+        float(measured[0][key]) for key in ("auto_loss_weight", "auto_weight_ce", "auto_weight_unit_term")
+    )
+    assert weight == pytest.approx(0.02 * ce / unit, rel=1e-3)
+    assert f"[del] lambda auto = {weight:.4g}" in proc.stdout
+    (step,) = logged_steps(proc.stdout)
+    assert float(step["ce"]) == pytest.approx(ce, rel=1e-3)  # the same batch at the same weights
+    assert float(step["aux"]) == pytest.approx(0.02 * float(step["ce"]), rel=1e-3)

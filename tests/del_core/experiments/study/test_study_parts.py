@@ -274,7 +274,7 @@ def test_config_errors_name_the_key(tmp_path):
         load_study_config(CPU_CONFIG, ["train.run.max_stepz=3"])
     with pytest.raises(StudyError, match="'run.output_dir' is set by the study"):
         load_study_config(CPU_CONFIG, ["train={run: {output_dir: x}}"])
-    with pytest.raises(StudyError, match="run.max_steps: Value 'many'"):
+    with pytest.raises(StudyError, match="run.max_steps must be an integer, got 'many'"):
         load_study_config(CPU_CONFIG, ["--max_steps=many"])
     with pytest.raises(StudyError, match="run.global_batch_size 12 is not a multiple of run.micro_batch_size 8"):
         load_study_config(CPU_CONFIG, ["run.global_batch_size=12"])
