@@ -1,24 +1,30 @@
-"""Crash-safe checkpoint bookkeeping around DeepSpeed's own save/load.
+"""Crash-safe, verified checkpoint bookkeeping around DeepSpeed's own save/load.
 
 Layout: ``OUTPUT_DIR/checkpoints/step_000300/`` holds what ``engine.save_checkpoint`` wrote (every
-rank's shards) and, written LAST by rank 0 after all ranks finished, ``COMPLETE.json`` (the trainer
-state: step, config). A directory without that marker - a save that crashed half-way - is never
-resumed from and is deleted when the next complete checkpoint lands. DeepSpeed's ``latest`` file is
-not used (``save_latest=False``): the marker is the only source of truth.
+rank's shards) and, written LAST by rank 0 after all ranks finished, ``COMPLETE.json``: the step,
+the run identity (:mod:`del_core.training.run_identity`), the resume overrides so far, and the
+manifest: every file's size and CRC-32. A directory without that marker - a save that crashed
+half-way - is never resumed from and is deleted when the next complete checkpoint lands. A
+complete one is verified against its manifest before it is loaded; ``run.resume=auto`` falls back
+to the next older verified checkpoint when the newest does not match (naming the file).
+DeepSpeed's ``latest`` file is not used (``save_latest=False``): the marker is the only source of truth.
+
+The CRC-32 (``zlib.crc32``, streamed in 8 MiB blocks) costs 0.45-0.57 s per GB of checkpoint on
+one core of the development machine (1.8-2.3 GB/s), below the read from disk.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
 import shutil
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 
@@ -98,57 +104,71 @@ def prune(root: Path, keep: int, current: Optional[Path] = None) -> list[Path]:
     return doomed
 
 
+# --- the manifest ---------------------------------------------------------------------------
+_BLOCK = 8 << 20
+
+
+def crc32_of(path: Path) -> str:
+    """The CRC-32 of a file's bytes, streamed, as 8 hex digits."""
+    crc = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(_BLOCK):
+            crc = zlib.crc32(block, crc)
+    return f"{crc:08x}"
+
+
+def manifest(checkpoint_dir: Path) -> dict[str, dict[str, Union[int, str]]]:
+    """``{relative path: {"size": bytes, "crc32": hex}}`` of every file under ``checkpoint_dir``
+    except the marker."""
+    files = sorted(p for p in checkpoint_dir.rglob("*") if p.is_file() and p.name != MARKER)
+    return {str(p.relative_to(checkpoint_dir)): {"size": p.stat().st_size, "crc32": crc32_of(p)} for p in files}
+
+
+def verify(checkpoint_dir: Path, state: dict, share: tuple[int, int] = (0, 1)) -> Optional[str]:
+    """None when every file of the marker's manifest is there with its size and checksum; else
+    what is wrong, naming the file. Markers without a manifest are not verified (None).
+    ``share`` = (rank, ranks): every rank checks all sizes but reads and checksums only every
+    ranks-th file from its rank on, so that the ranks of a job verify a checkpoint together."""
+    files = state.get("files")
+    if files is None:
+        return None
+    for name, expected in files.items():  # sizes first: a truncated file is found without reading
+        path = checkpoint_dir / name
+        if not path.is_file():
+            return f"{path} is missing"
+        size = path.stat().st_size
+        if size != expected["size"]:
+            return f"{path} has {size} bytes, the manifest says {expected['size']}"
+    rank, ranks = share
+    for name, expected in list(files.items())[rank::ranks]:
+        found = crc32_of(checkpoint_dir / name)
+        if found != expected["crc32"]:
+            return f"{checkpoint_dir / name} has CRC-32 {found}, the manifest says {expected['crc32']}"
+    return None
+
+
 # --- saving and resuming a DeepSpeed engine ------------------------------------------------------
-@dataclass(frozen=True)
-class RunIdentity:
-    """What a checkpoint must share with the run that resumes it: with any of these changed the
-    batches of step s would differ (``total_steps`` and ``loss`` are recorded, not compared)."""
-
-    tp: int
-    num_items: int
-    global_batch_size: int
-    seed: int
-    data: str
-    packing: bool
-    max_length: int
-    total_steps: int
-    loss: str
-    # "off", or the LoRA settings (LoraSettings.describe()): a LoRA checkpoint holds the adapters
-    # and their optimizer state only, so it fits no other model layout. Absent in older markers.
-    lora: str = "off"
-    prompt_format: str = "alpaca"  # the template the tokens were made with (absent in older markers)
-
-    COMPARED = ("tp", "num_items", "global_batch_size", "seed", "data", "packing", "max_length", "lora")
-    COMPARED += ("prompt_format",)
-    DEFAULTS = {"lora": "off", "prompt_format": "alpaca"}  # what a marker written before a key existed means
-
-    @property
-    def frozen_weights_excluded(self) -> bool:
-        """A LoRA run leaves its frozen base weights out of checkpoints (they are reloaded from
-        the model source on resume): a 7B base is not rewritten at every save."""
-        return self.lora != "off"
-
-
 def save(
     engine: Any,
     output_dir: Path,
     step: int,
-    identity: RunIdentity,
+    state: dict,
     dims: ParallelDims,
     keep: int,
     log: Callable[[str], None],
+    exclude_frozen: bool = False,
 ) -> Path:
     """Write ``checkpoints/step_NNNNNN`` (DeepSpeed shards, each rank's RNG state), then rank 0's
-    marker once every rank has finished, then prune to the newest ``keep``. Collective."""
+    marker (``state`` plus the step and the manifest) once every rank has finished, then prune to
+    the newest ``keep``. Collective. ``exclude_frozen``: leave frozen weights out (a LoRA run
+    reloads its base weights from the model source on resume)."""
     root, tag = checkpoint_root(output_dir), tag_for(step)
     started = time.time()
-    engine.save_checkpoint(
-        str(root), tag=tag, save_latest=False, exclude_frozen_parameters=identity.frozen_weights_excluded
-    )
+    engine.save_checkpoint(str(root), tag=tag, save_latest=False, exclude_frozen_parameters=exclude_frozen)
     torch.save(torch.get_rng_state(), root / tag / f"rng_rank{dims.rank}.pt")
     barrier()  # every rank's shards are on disk
     if dims.is_main:
-        mark_complete(root / tag, {**dataclasses.asdict(identity), "step": step})
+        mark_complete(root / tag, {**state, "step": step, "files": manifest(root / tag)})
         removed = prune(root, keep)
         log(
             f"[checkpoint] step {step} saved to {root / tag} in {time.time() - started:.1f} s"
@@ -158,11 +178,60 @@ def save(
     return root / tag
 
 
-def _checkpoint_to_resume(resume: str, output_dir: Path, log: Callable[[str], None]) -> Optional[Path]:
+@dataclass(frozen=True)
+class Resumable:
+    """A verified complete checkpoint and its marker."""
+
+    path: Path
+    state: dict
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"])
+
+
+def _alone(intact: bool) -> bool:
+    return intact
+
+
+def _check(path: Path, share: tuple[int, int], all_intact: Callable[[bool], bool]) -> tuple[Optional[dict], str]:
+    """(the marker, "") when every rank found its share of ``path`` intact; (None, what is wrong)
+    otherwise (the file this rank found damaged, or that another rank did)."""
+    try:
+        state = read_state(path)
+        problem = verify(path, state, share)
+    except ValueError as err:
+        state, problem = None, str(err)
+    if all_intact(problem is None):
+        return state, ""
+    if problem and share[0] != 0:
+        print(f"[resume] rank {share[0]}: {path.name}: {problem}", flush=True)  # rank 0 only logs its own
+    return None, problem or "another rank found a damaged file (see its line above)"
+
+
+def choose(
+    resume: str,
+    output_dir: Path,
+    log: Callable[[str], None],
+    share: tuple[int, int] = (0, 1),
+    all_intact: Callable[[bool], bool] = _alone,
+) -> Optional[Resumable]:
+    """The checkpoint ``run.resume`` names, verified: ``no`` -> None; a directory -> that one
+    (ConfigError when it does not verify); ``auto`` -> the newest complete checkpoint of
+    ``output_dir`` that verifies, older ones tried in turn with a warning naming the bad file
+    (None when there is none; ConfigError when every complete one is damaged).
+
+    With several ranks every rank calls it alike: ``share`` = (rank, ranks) splits the reading
+    (:func:`verify`) and ``all_intact`` (a collective: did every rank find its share intact?)
+    makes all ranks take the same checkpoint."""
     if resume == "no":
         return None
     if resume != "auto":
-        return Path(resume)
+        path = Path(resume)
+        state, problem = _check(path, share, all_intact)
+        if state is None:
+            raise ConfigError(f"run.resume: {path} is damaged: {problem}")
+        return Resumable(path, state)
     root = checkpoint_root(output_dir)
     complete, incomplete = list_checkpoints(root)
     for path in incomplete:
@@ -170,37 +239,28 @@ def _checkpoint_to_resume(resume: str, output_dir: Path, log: Callable[[str], No
     if not complete:
         log(f"[resume] no complete checkpoint in {root}: starting from step 0")
         return None
-    return complete[-1][1]
+    damaged = []
+    for _, path in reversed(complete):
+        state, problem = _check(path, share, all_intact)
+        if state is not None:
+            return Resumable(path, state)
+        log(f"[resume] WARNING: skipping {path.name}: {problem}")
+        damaged.append(path.name)
+    raise ConfigError(f"run.resume=auto: no intact checkpoint in {root} (damaged: {', '.join(damaged)})")
 
 
-def resume(
-    engine: Any, resume: str, output_dir: Path, identity: RunIdentity, dims: ParallelDims, log: Callable[[str], None]
+def load(
+    engine: Any, checkpoint: Resumable, dims: ParallelDims, exclude_frozen: bool, log: Callable[[str], None]
 ) -> int:
-    """Load the checkpoint ``resume`` names (``no``, ``auto`` = the newest complete one, or a
-    directory) into ``engine``; the step to continue from (0: a fresh start)."""
-    path = _checkpoint_to_resume(resume, output_dir, log)
-    if path is None:
-        return 0
-    saved = read_state(path)
-    current = dataclasses.asdict(identity)
-    for key in RunIdentity.COMPARED:
-        written = saved.get(key, RunIdentity.DEFAULTS.get(key))
-        if written != current[key]:
-            why = {"lora": "the model layout would differ", "prompt_format": "the training tokens would differ"}.get(
-                key, "the data order would differ"
-            )
-            raise ConfigError(
-                f"resume: {path} was written with {key}={written!r}, this run has {current[key]!r}: {why}"
-            )
+    """Load ``checkpoint`` into ``engine`` and this rank's RNG state; the step to continue from."""
+    path = checkpoint.path
     # Without the frozen weights in the checkpoint the module load cannot be strict; the trainable
     # ones are all there (and are restored from the optimizer's fp32 copy as well).
-    load_path, _ = engine.load_checkpoint(
-        str(path.parent), tag=path.name, load_module_strict=not identity.frozen_weights_excluded
-    )
+    load_path, _ = engine.load_checkpoint(str(path.parent), tag=path.name, load_module_strict=not exclude_frozen)
     if load_path is None:
         raise RuntimeError(f"resume: DeepSpeed could not load {path}")
     rng = path / f"rng_rank{dims.rank}.pt"
     if rng.is_file():
         torch.set_rng_state(torch.load(rng))
-    log(f"[resume] continuing from {path} (step {saved['step']})")
-    return int(saved["step"])
+    log(f"[resume] continuing from {path} (step {checkpoint.step})")
+    return checkpoint.step

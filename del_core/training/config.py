@@ -170,7 +170,11 @@ class RunConfig:
     micro_batch_size: int = 1  # sequences per forward on one rank
     save_every: int = 0  # checkpoint every N optimizer steps (0: none during training)
     save_total_limit: int = 2  # complete checkpoints kept (older ones are deleted)
-    resume: str = "no"  # no, auto (newest complete checkpoint in OUTPUT_DIR/checkpoints), or a checkpoint dir
+    resume: str = "no"  # no, auto (newest verified complete checkpoint in OUTPUT_DIR/checkpoints), or a checkpoint dir
+    # Identity keys (del_core/training/run_identity.py) a resume changes on purpose, e.g. [optimizer.lr];
+    # without them a resume with a different loss, optimizer, schedule, data, model... is refused.
+    resume_override: list[str] = field(default_factory=list)
+    overwrite: bool = False  # a run with resume=no into a folder holding another run: delete that run first
     export: bool = True  # write OUTPUT_DIR/final in Hugging Face format (safetensors) at the end
     log_every: int = 1
     report_to: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])  # also: wandb, none
@@ -211,6 +215,9 @@ class RunConfig:
         unknown = sorted(set(self.report_to) - set(REPORTERS))
         if unknown:
             raise ConfigError(f"run.report_to: unknown {unknown}; choose from {', '.join(REPORTERS)}")
+        bad = [key for key in self.resume_override if "." not in key]
+        if bad:
+            raise ConfigError(f"run.resume_override: dotted keys like optimizer.lr, got {bad}")
         if self.resume not in ("no", "auto") and not Path(self.resume).is_dir():
             raise ConfigError(f"run.resume: {self.resume} is neither 'no', 'auto' nor a checkpoint directory")
 

@@ -10,6 +10,8 @@ shares in [0, 1], memory in GB (1e9 bytes), times in seconds, ``step`` in optimi
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -68,8 +70,19 @@ class FinalRecord:
     kind: str = "final"
 
 
-MetricsRecord = Union[TrainRecord, EvalRecord, FinalRecord]
-_KINDS = {"train": TrainRecord, "eval": EvalRecord, "final": FinalRecord}
+@dataclass
+class ResumeRecord:
+    """A resume that changed identity keys on purpose (``run.resume_override``): from step
+    ``step + 1`` on, the run computes with the new values."""
+
+    step: int  # the checkpoint's step
+    checkpoint: str
+    overrides: dict[str, list]  # key -> [checkpoint's value, new value]
+    kind: str = "resume"
+
+
+MetricsRecord = Union[TrainRecord, EvalRecord, FinalRecord, ResumeRecord]
+_KINDS = {"train": TrainRecord, "eval": EvalRecord, "final": FinalRecord, "resume": ResumeRecord}
 
 
 def record_to_json(record: MetricsRecord) -> dict[str, Any]:
@@ -100,3 +113,33 @@ def read_metrics(path: Union[str, Path], kind: Optional[str] = None) -> list[Met
     if not path.is_file():
         return []
     return [record_from_json(row) for row in read_jsonl(path) if kind is None or row.get("kind") == kind]
+
+
+def _kept(row: dict[str, Any], step: int) -> bool:
+    """Whether a record belongs to the run up to ``step``: everything logged by then except the
+    end of a run (its final record and "after" evaluation), which a resumed run writes again."""
+    if row.get("kind") == "final" or (row.get("kind") == "eval" and row.get("label") == "after"):
+        return False
+    return isinstance(row.get("step"), int) and row["step"] <= step
+
+
+def cut_back(path: Union[str, Path], step: int) -> int:
+    """Rewrite the metrics file ``path`` (atomically: readers see the old or the new file) to the
+    records of the run up to ``step`` (step 0: none), so that a run resumed from ``step`` never logs
+    a step twice; a torn last line is dropped. Returns the number of records removed."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    kept = []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if step > 0 and isinstance(row, dict) and _kept(row, step):
+            kept.append(line)
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    os.replace(staging, path)
+    return len(lines) - len(kept)

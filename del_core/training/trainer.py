@@ -17,10 +17,13 @@ replays exactly the batches of an uninterrupted one.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
 import resource
+import shlex
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,20 +56,20 @@ from del_core.models import (
     save_hf,
     wrap_with_lora,
 )
-from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, sum_named
+from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, max_over, sum_named
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
-from del_core.training import checkpoints
+from del_core.training import checkpoints, run_lock
 from del_core.training import engine as ds
-from del_core.training.checkpoints import RunIdentity
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import accumulation_steps, build_ds_config
 from del_core.training.heldout import HeldOutEvaluator, HeldOutResult
 from del_core.training.loss_weight import AutoWeight
 from del_core.training.objective import CausalLMObjective, LossCompilation
-from del_core.training.records import EvalRecord, FinalRecord, TrainRecord
+from del_core.training.records import EvalRecord, FinalRecord, ResumeRecord, TrainRecord, cut_back
 from del_core.training.reporting import Reporter, SilentReporter
+from del_core.training.run_identity import Override, compare, run_identity, saved_identity
 from del_core.training.run_status import StopRequest, write_status
-from del_core.training.schedule import StepPlan
+from del_core.training.schedule import StepPlan, warmup_cosine
 from del_core.training.step_metrics import StepSums, read_step, step_counts, train_record
 from del_core.training.summary import HELDOUT_ANSWERS, answer_records, print_summary
 
@@ -142,7 +145,9 @@ class Trainer:
     output_vocab_size: int  # logit columns of the model: a target id must be below it
     engine: Any
     scheduler: Any
-    identity: RunIdentity
+    identity: dict[str, Any]  # what a checkpoint must share with the run resuming it (run_identity)
+    overrides: list[Override]  # identity keys changed on purpose by resumes of this run, oldest first
+    lock: Optional[run_lock.RunLock]  # rank 0's lock on OUTPUT_DIR
     reporter: Union[Reporter, SilentReporter]
     heldout: HeldOutEvaluator
     stop: StopRequest
@@ -165,12 +170,17 @@ class Trainer:
         self._model_source = ""
         self._tokenizer_source = ""
         self._partitioning = None  # transformers' HfDeepSpeedConfig, alive while the model is built
+        self._resume: Optional[checkpoints.Resumable] = None
+        self.overrides = []
+        self.lock = None
+        self._status_written = False
 
     # --- setup ---------------------------------------------------------------------------------
     def setup(self) -> None:
         self._setup_distributed()
         self._setup_tokenizer()
         self._setup_data()
+        self._check_resume()
         self._setup_model_and_loss()
         self._setup_engine()
         self._setup_resume_and_logging()
@@ -189,6 +199,10 @@ class Trainer:
         self.runtime = Runtime.detect(self.config)  # after init: each rank's CUDA device is set
         self.dims = ParallelDims.from_world(self.config.parallel.tp)
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.dims.is_main:  # before anything is written into OUTPUT_DIR
+            self.lock = run_lock.acquire(self.output_dir, self.log)
+            run_lock.claim_folder(self.output_dir, self.config.run.resume, self.config.run.overwrite, self.log)
+        self.stop = StopRequest(announce=self.dims.is_main)
         self.ds_config = build_ds_config(self.config, self.dims.dp, self.runtime.bf16, self.runtime.use_ds_optimizer)
         zero = self.ds_config["zero_optimization"]
         self.log(
@@ -235,6 +249,34 @@ class Trainer:
             f"[plan] {len(self.data.items)} sequences, {self.plan.steps_per_epoch} steps per epoch, "
             f"{self.total_steps} steps"
         )
+
+    def _check_resume(self) -> None:
+        """The run's identity, and the verified checkpoint to resume (if any) checked against it:
+        before the model is loaded, a resume that would compute differently is refused."""
+        cfg = self.config
+        self.identity = run_identity(cfg, len(self.data.items), self.total_steps, self.dims.world)
+        self._resume = checkpoints.choose(
+            cfg.run.resume, self.output_dir, self.log, (self.dims.rank, self.dims.world), self._all_intact
+        )
+        if self._resume is None:
+            return
+        saved = self._resume.state
+        self.overrides = [Override(**o) for o in saved.get("overrides", [])]
+        changed = compare(
+            str(self._resume.path),
+            saved_identity(saved),
+            self.identity,
+            list(cfg.run.resume_override),
+            self._resume.step,
+        )
+        self.overrides += changed
+        for o in changed:
+            self.log(f"[resume] run.resume_override: {o.key} {o.saved!r} -> {o.now!r} from step {o.step + 1}")
+
+    def _all_intact(self, intact: bool) -> bool:
+        """Whether every rank found its share of a checkpoint intact (collective)."""
+        damaged = torch.tensor([0.0 if intact else 1.0], device=self.runtime.device)
+        return max_over(damaged).item() == 0.0
 
     def _setup_model_and_loss(self) -> None:
         model_cfg, loss_cfg = self.config.model, self.config.loss
@@ -316,24 +358,19 @@ class Trainer:
 
     def _setup_resume_and_logging(self) -> None:
         cfg = self.config
-        self.identity = RunIdentity(
-            cfg.parallel.tp,
-            len(self.data.items),
-            cfg.run.global_batch_size,
-            cfg.run.seed,
-            cfg.data.source,
-            cfg.data.packing,
-            cfg.data.max_length,
-            self.total_steps,
-            cfg.loss.name,
-            self._lora_identity(),
-            cfg.data.prompt_format,
-        )
-        self.step = checkpoints.resume(self.engine, cfg.run.resume, self.output_dir, self.identity, self.dims, self.log)
+        if self._resume is not None:
+            self.step = checkpoints.load(self.engine, self._resume, self.dims, self.config.lora.enabled, self.log)
+            if any(o.step == self.step for o in self.overrides):
+                self._apply_optimizer_settings()
         if cfg.loss.auto_weight:
             self._resolve_auto_weight()
         if self.dims.is_main:
+            removed = cut_back(self.output_dir / "metrics.jsonl", self.step)
+            if removed:
+                self.log(f"[resume] metrics.jsonl cut back to step {self.step} ({removed} later records removed)")
             write_status(self.output_dir, "running", self.step)
+            self._status_written = True
+            self.stop.status_dir = self.output_dir
             self.reporter = Reporter(
                 self.output_dir,
                 cfg.run.report_to,
@@ -343,6 +380,9 @@ class Trainer:
                 config_to_dict(cfg),
                 cfg.run.wandb_project,
             )
+            changed = {o.key: [o.saved, o.now] for o in self.overrides if o.step == self.step}
+            if changed:
+                self.reporter.log(ResumeRecord(self.step, str(self._resume.path), changed))
         if cfg.data.eval_generate and self.dims.tp > 1:
             self.log(
                 "[eval] data.eval_generate is skipped with tp > 1 (generate needs full-vocabulary logits); "
@@ -362,15 +402,28 @@ class Trainer:
             synced_generation=self._zero3 and self.dims.world > 1,
             prompts=PromptFormat(cfg.data.prompt_format, self.tokenizer),
         )
-        self.stop = StopRequest()
+        self.stop.step = self.step
+
+    def _apply_optimizer_settings(self) -> None:
+        """After loading a checkpoint with overridden keys: the optimizer's hyperparameters and the
+        learning-rate schedule as this run's config says (the checkpoint restored its own), so
+        that the step after the resumed one already uses them."""
+        opt = self.config.optimizer
+        groups = self.scheduler.optimizer.param_groups
+        for index, group in enumerate(groups):
+            group.update(initial_lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps)
+            # ds.parameter_groups: the matrices' group (with weight decay) first, then the vectors'
+            group["weight_decay"] = opt.weight_decay if index == 0 and len(groups) == 2 else group["weight_decay"]
+        factor = warmup_cosine(self.total_steps, opt.warmup_ratio, opt.min_lr_ratio)
+        self.scheduler.lr_lambdas = [factor] * len(groups)
+        self.scheduler.base_lrs = [opt.lr] * len(groups)
+        for group in groups:
+            group["lr"] = opt.lr * factor(self.scheduler.last_epoch)
+        self.scheduler._last_lr = [group["lr"] for group in groups]
 
     def _lora_settings(self) -> LoraSettings:
         lora = self.config.lora
         return LoraSettings(lora.r, lora.alpha, lora.dropout, tuple(lora.target_modules))
-
-    def _lora_identity(self) -> str:
-        """What a checkpoint records of the LoRA layout (see RunIdentity.lora)."""
-        return self._lora_settings().describe() if self.config.lora.enabled else "off"
 
     # --- training ------------------------------------------------------------------------------
     def _evaluate(self, label: str, generate: bool = True) -> Optional[HeldOutResult]:
@@ -489,6 +542,7 @@ class Trainer:
             self.engine.step()
             sums.add(out)
         self.step += 1
+        self.stop.step = self.step
         readout = read_step(
             sums,
             counts,
@@ -523,21 +577,24 @@ class Trainer:
         if (run.save_every and self.step % run.save_every == 0) or stop_now:
             self.save_checkpoint()
         if stop_now:
-            self.log(f"[stop] signal received: checkpoint of step {self.step} written; resume with run.resume=auto")
+            self.log(f"[stop] signal received: checkpoint of step {self.step} written; resume with:")
+            self.log("  " + shlex.join([os.path.basename(sys.executable), *sys.argv, "run.resume=auto"]))
             if self.dims.is_main:
                 write_status(self.output_dir, "stopped", self.step)
             barrier()
         return stop_now
 
     def save_checkpoint(self) -> Path:
+        state = {"identity": self.identity, "overrides": [dataclasses.asdict(o) for o in self.overrides]}
         return checkpoints.save(
             self.engine,
             self.output_dir,
             self.step,
-            self.identity,
+            state,
             self.dims,
             self.config.run.save_total_limit,
             self.log,
+            exclude_frozen=self.config.lora.enabled,
         )
 
     # --- the end -------------------------------------------------------------------------------
@@ -596,16 +653,31 @@ class Trainer:
 
         return write
 
+    def mark_failed(self) -> None:
+        """An exception ends the run: rank 0's status says so (never left "running")."""
+        if self._status_written:
+            write_status(self.output_dir, "failed", self.step)
+
     def cleanup(self) -> None:
-        """Close the reporters' files (the process group is torn down by the entry point)."""
+        """Close the reporters' files and release OUTPUT_DIR's lock (the process group is torn
+        down by the entry point)."""
         self.reporter.close()
+        if self.lock is not None:
+            self.lock.release()
 
 
 def run(config: TrainConfig) -> Optional[FinalRecord]:
-    """Set up, train and clean up; the final record (None when a signal stopped the run)."""
+    """Set up, train and clean up; the final record (None when SIGTERM/SIGUSR1 stopped the run).
+    A run stopped by Ctrl-C (after its checkpoint) raises SystemExit(130)."""
     trainer = Trainer(config)
     try:
         trainer.setup()
-        return trainer.train()
+        final = trainer.train()
+    except BaseException:
+        trainer.mark_failed()
+        raise
     finally:
         trainer.cleanup()
+    if final is None and trainer.stop.exit_code:
+        raise SystemExit(trainer.stop.exit_code)
+    return final
