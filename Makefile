@@ -17,7 +17,7 @@ $(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
 install: $(VENV)/.installed
 
 train: install
-	$(BIN)/python recipes/train.py recipes/configs/tiny.yaml
+	$(BIN)/python recipes/train.py recipes/configs/tiny.yaml run.overwrite=true
 
 demo: install
 	$(BIN)/python recipes/loss_demo.py
