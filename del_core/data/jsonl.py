@@ -66,6 +66,26 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return [value for _, value in iter_jsonl(path)]
 
 
+def write_json(path: str | Path, data: Any, indent: int = 1, ensure_ascii: bool = True) -> Path:
+    """Write the JSON ``data`` to ``path`` atomically and durably: a temporary file, flushed to disk,
+    renamed into place, the folder synced. A reader (or a run after a crash) sees the old file or the
+    whole new one, never a part: the project's markers, manifests and summaries are written here."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    with staging.open("w", encoding="utf-8") as handle:
+        handle.write(json.dumps(data, indent=indent, ensure_ascii=ensure_ascii) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(staging, path)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return path
+
+
 def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
     """Write ``rows`` to ``path`` atomically (a temporary file renamed into place)."""
     path = Path(path)

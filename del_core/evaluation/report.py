@@ -1,19 +1,6 @@
-"""Writing the summary (JSON) and the console table (per-question rows: del_core.data.jsonl)."""
+"""The console table of a summary (the summary JSON and per-question rows: del_core.data.jsonl)."""
 
 from __future__ import annotations
-
-import json
-import os
-from pathlib import Path
-
-
-def write_json(path: Path, data: dict) -> None:
-    """Write ``data`` to ``path`` atomically: a reader sees the old file or the new one, never a part."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    staging.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(staging, path)
 
 
 def _number(value, digits: int = 4) -> str:

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from del_core.data.jsonl import JsonlError, iter_jsonl, write_jsonl
+from del_core.data.jsonl import JsonlError, iter_jsonl, write_json, write_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.rows import DataError
 from del_core.evaluation.benchmarks import (
@@ -37,7 +37,7 @@ from del_core.evaluation.benchmarks import (
 from del_core.evaluation.config import EvalConfig
 from del_core.evaluation.generation import GeneratorError, check_backend
 from del_core.evaluation.protocol import GenerationLengths, evaluate, score_outputs
-from del_core.evaluation.report import format_table, write_json
+from del_core.evaluation.report import format_table
 from del_core.evaluation.sandbox import SandboxLimits, SandboxUnavailable, resolve_mode
 from del_core.evaluation.scoring import summarize
 from del_core.models.sources import ModelSourceError, resolve_model
@@ -187,7 +187,7 @@ def evaluate_model(config: EvalConfig) -> int:
     summary = summarize(rows)
     summary["config"] = _run_config(config, resolved, generator.name, names, data_dir, lengths, started)
     write_jsonl(output_dir / "predictions.jsonl", rows)
-    write_json(output_dir / "summary.json", summary)
+    write_json(output_dir / "summary.json", summary, indent=2, ensure_ascii=False)
     print(format_table(summary))
     print(f"[evaluate] wrote {output_dir / 'predictions.jsonl'} and {output_dir / 'summary.json'}")
     return 0

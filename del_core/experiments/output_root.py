@@ -13,12 +13,12 @@ parse (torn by a crash of the file system) counts as absent too.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Optional
 
 from del_core.config import ConfigError
+from del_core.data.jsonl import write_json
 
 RECORD = "experiment.json"
 
@@ -60,12 +60,7 @@ def claim(root: Path, settings: Mapping[str, Any], resumable: Collection[str], w
 
 def write_marker(path: Path, data: Any, indent: int = 1) -> Path:
     """Write the JSON ``data`` to ``path`` atomically: the marker is either whole or absent."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    staging = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    staging.write_text(json.dumps(data, indent=indent) + "\n")
-    os.replace(staging, path)
-    return path
+    return write_json(path, data, indent)
 
 
 def read_marker(path: Path) -> Optional[Any]:

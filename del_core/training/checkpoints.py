@@ -16,7 +16,6 @@ one core of the development machine (1.8-2.3 GB/s), below the read from disk.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
@@ -29,6 +28,7 @@ from typing import Any, Optional, Union
 import torch
 
 from del_core.config import ConfigError
+from del_core.data.jsonl import write_json
 from del_core.parallel import ParallelDims, barrier
 
 MARKER = "COMPLETE.json"
@@ -43,23 +43,8 @@ def tag_for(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def write_json_atomic(path: Path, payload: dict) -> None:
-    """Write ``payload`` to ``path`` so that readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as handle:
-        json.dump(payload, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def mark_complete(checkpoint_dir: Path, state: dict) -> None:
-    write_json_atomic(checkpoint_dir / MARKER, state)
+    write_json(checkpoint_dir / MARKER, state)
 
 
 def read_state(checkpoint_dir: Path) -> dict:

@@ -18,14 +18,14 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from del_core.training.checkpoints import write_json_atomic
+from del_core.data.jsonl import write_json
 
 RUN_STATUS = "run_status.json"
 SIGINT_EXIT = 130  # 128 + SIGINT, the shell's code for a run stopped by Ctrl-C
 
 
 def write_status(output_dir: Path, status: str, step: int) -> None:
-    write_json_atomic(Path(output_dir) / RUN_STATUS, {"status": status, "step": step})
+    write_json(Path(output_dir) / RUN_STATUS, {"status": status, "step": step})
 
 
 class StopRequest:
