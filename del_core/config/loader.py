@@ -1,6 +1,6 @@
 """Loading a structured configuration: schema defaults <- YAML recipe (with ``base:``) <- overrides.
 
-Values are typed by the schema: numbers as :mod:`del_core.config.numbers` reads them (``lr=2e-5``
+Values are typed by the schema: numbers as :mod:`del_core.config.number_spellings` reads them (``lr=2e-5``
 and ``loss.weight=1e-3`` are floats, in a recipe and on the command line alike), the rest through
 OmegaConf (``packing=true`` is a bool, ``loss.options={eta: 0.3}`` a mapping); an empty value
 (``loss.weight=``) is null. Unknown keys and wrong types raise :class:`ConfigError` naming the key, its source and,
@@ -26,7 +26,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from del_core.config.numbers import NumberError, typed_numbers
+from del_core.config.number_spellings import NumberError, typed_numbers
 
 BASE_KEY = "base"  # a recipe's key naming the recipe file it extends (relative to itself)
 Schema = TypeVar("Schema")
@@ -109,7 +109,7 @@ def _is_text_field(schema: type, dotted: str) -> bool:
 
 def _read_numbers(schema: type, dotted: str, value: Any, where: str) -> Any:
     """``value`` with the numbers of ``dotted`` (a key or a section given as a mapping) read as
-    written (:mod:`del_core.config.numbers`); a :class:`ConfigError` naming the key otherwise."""
+    written (:mod:`del_core.config.number_spellings`); a :class:`ConfigError` naming the key otherwise."""
     hint = _field_hint(schema, dotted)
     if dataclasses.is_dataclass(hint) and isinstance(value, dict):
         return {inner: _read_numbers(schema, f"{dotted}.{inner}", item, where) for inner, item in value.items()}

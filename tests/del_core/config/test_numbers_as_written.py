@@ -1,5 +1,5 @@
 """Every numeric key of every configuration reads every spelling YAML 1.2 and Python give its type,
-in a recipe and on the command line (del_core.config.numbers), and the range checks run with the
+in a recipe and on the command line (del_core.config.number_spellings), and the range checks run with the
 configuration checks (issue 29 item 5)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Union
 import pytest
 
 from del_core.config import ConfigError, load_config
-from del_core.config.numbers import NumberError, as_float, as_int, typed_numbers
+from del_core.config.number_spellings import NumberError, as_float, as_int, typed_numbers
 from del_core.evaluation.config import EvalConfig
 from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.study.config import StudyConfig
