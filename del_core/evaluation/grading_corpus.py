@@ -10,7 +10,7 @@ or program rendering, a hedge, an elimination, a unit, a rounding). The form fix
 
 ``channel`` says how the project reads the item: "text" (a chain of thought,
 ``extract.answer_from_text``) or "program" (what a program printed,
-``extract.answer_from_program_output``).
+``program_output.answer_from_program_output``).
 
 A third of the forms (:data:`HELD_OUT_FORMS`) is held out: it was written together with the rest
 before any scoring rule was changed, and its disagreements were not looked at while the rules were

@@ -1,8 +1,9 @@
 """Graders written independently of the project's scorer, for differential grading.
 
 Each grader takes an output (a chain of thought, or what a program printed), the record, and the
-channel ("text" | "program"), and returns its verdict. None of them uses ``extract`` or
-``scoring``: each reads the answer its own way.
+channel ("text" | "program"), and returns its verdict. None of them uses the project's readers
+(``extract``, ``program_output``, ``segments``, ``hedges``) or ``scoring``: each reads the answer its
+own way.
 
   math_verify   math-verify alone: its own extraction from the whole output (LaTeX, boxes, plain
                 expressions; letters for multiple choice) compared with the gold by its ``verify``.
