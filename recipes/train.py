@@ -3,6 +3,7 @@
     python recipes/train.py [RECIPE.yaml] [key=value ...]            # one process (CPU or one GPU)
     torchrun --nproc_per_node 8 recipes/train.py recipes/configs/qwen2.5-1.5b.yaml loss=mle loss.weight=
     python recipes/train.py recipes/configs/tiny.yaml                 # the CPU main job (make train)
+    torchrun --nproc_per_node 8 recipes/train.py RECIPE.yaml parallel.sp=4  # long sequences: Ulysses, 1/4 per rank
 
 Keys: del_core/training/config.py (dotted for nested keys: loss.weight=0.1, run.max_steps=100).
 Outputs in run.output_dir: metrics.jsonl (schema: del_core/training/records.py), tensorboard/,
