@@ -1,5 +1,6 @@
 """Everything of a run that talks to DeepSpeed: the process group, the engine, ZeRO-3 parameter
-gathering, AutoTP's groups and the consolidated export. The only DeepSpeed importer of del_core."""
+gathering, AutoTP's groups, Ulysses sequence parallelism and the consolidated export. The only
+DeepSpeed importer of del_core."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from del_core.config import ConfigError
 from del_core.losses.statistics import VocabSlice
 from del_core.parallel import DistributedReducer, ParallelDims, free_port
 from del_core.training.config import TrainConfig
@@ -73,10 +75,16 @@ def parameter_groups(objective: torch.nn.Module, weight_decay: float) -> list[di
 
 
 def initialize(
-    objective: CausalLMObjective, config: TrainConfig, ds_config: dict, total_steps: int, use_ds_optimizer: bool
+    objective: CausalLMObjective,
+    config: TrainConfig,
+    ds_config: dict,
+    total_steps: int,
+    use_ds_optimizer: bool,
+    mpu: Any = None,
 ) -> tuple[Any, Any]:
     """(engine, LR scheduler): DeepSpeed's AdamW when ``use_ds_optimizer``, torch AdamW otherwise,
-    and the warm-up cosine schedule of :mod:`del_core.training.schedule`."""
+    and the warm-up cosine schedule of :mod:`del_core.training.schedule`; ``mpu``: the Ulysses
+    groups of :func:`register_sequence_parallel` (None without sequence parallelism)."""
     import deepspeed
 
     opt = config.optimizer
@@ -87,9 +95,61 @@ def initialize(
         return lr_scheduler(built, total_steps, opt.warmup_ratio, opt.min_lr_ratio)
 
     engine, _, _, scheduler = deepspeed.initialize(
-        model=objective, optimizer=optimizer, model_parameters=groups, lr_scheduler=make_scheduler, config=ds_config
+        model=objective,
+        optimizer=optimizer,
+        model_parameters=groups,
+        lr_scheduler=make_scheduler,
+        config=ds_config,
+        mpu=mpu,
     )
     return engine, scheduler
+
+
+def register_sequence_parallel(model: Any, attn_implementation: str, sp: int, micro_batch_size: int) -> Any:
+    """DeepSpeed's Ulysses around ``model``'s attention (loaded with ``attn_implementation``): each
+    rank of a group of ``sp`` then runs the model on its shard of the sequence (any length, the
+    same on every rank of the group, ``micro_batch_size`` rows), attention on whole sequences for
+    1/sp of the heads. Returns DeepSpeed's groups object (mpu) for :func:`initialize`.
+
+    Under SDPA the wrapped attention keeps packed examples apart
+    (:func:`del_core.models.sequence_attention.packed_causal_sdpa`); flash-attention does so from
+    the gathered position ids. Evaluation runs the model's unwrapped SDPA
+    (:func:`del_core.models.sequence_attention.evaluation_attention`)."""
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+
+    from del_core.models.sequence_attention import training_attention
+
+    core = training_attention(model, attn_implementation)
+    return UlyssesSPAttentionHF.register_with_transformers(
+        model, core, sp, micro_batch_size, seq_length_is_variable=True, disable_in_eval=False
+    )
+
+
+def gradient_divisor(ds_config: dict, dims: ParallelDims) -> int:
+    """The rank count DeepSpeed divides the summed gradients by: the trainer multiplies each loss
+    by it, so that the update follows the plain sum over ranks and micro-batches.
+
+    Without sequence parallelism: the data-parallel ranks. Under Ulysses DeepSpeed sums over all
+    dp x sp ranks; ZeRO-1/2 divide by dp (``world / sequence_parallel_size``), ZeRO-3's
+    reduce-scatter by the whole dp x sp group, while its other path (``reduce_scatter: false``)
+    divides by dp or by dp x sp bucket by bucket, a mix no loss scale can undo: refused.
+    """
+    if dims.sp == 1:
+        return dims.dp
+    zero = ds_config.get("zero_optimization", {})
+    if zero.get("stage", 0) != 3:
+        return dims.dp
+    if not zero.get("reduce_scatter", True):
+        raise ConfigError(
+            f"parallel.sp={dims.sp} with ZeRO-3 needs zero_optimization.reduce_scatter=true in the DeepSpeed "
+            "config: without it DeepSpeed averages the gradients of different buckets over different rank counts"
+        )
+    return dims.dp * dims.sp
+
+
+def sequence_parallel_dims(dims: ParallelDims, mpu: Any) -> ParallelDims:
+    """``dims`` with the sequence-parallel group DeepSpeed made for Ulysses."""
+    return dims.with_sequence_group(mpu.get_sequence_parallel_group())
 
 
 def tensor_parallel_dims(dims: ParallelDims) -> ParallelDims:
