@@ -360,7 +360,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lengths", default="2048,4096,8192", help="sequence lengths T (comma-separated)")
     parser.add_argument("--sp", default="1,2,4", help="sequence-parallel degrees (comma-separated)")
-    parser.add_argument("--repeats", type=int, default=3, help="measured steps per run (after one warm-up step)")
+    parser.add_argument("--repeats", type=int, default=2, help="measured steps per run (after one warm-up step)")
     parser.add_argument("--quick", action="store_true", help="T = 1024, SP = 1 and 2, a 2-layer model, 1 repeat")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--loss-path", choices=("logits", "chunked"), default="chunked")
