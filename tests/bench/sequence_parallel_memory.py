@@ -104,8 +104,9 @@ def save_char_model(directory: Path, shape: ModelShape, max_len: int) -> Path:
 
 
 def write_traces(path: Path, rows: int, chars: int) -> Path:
-    """Alpaca rows whose answers are long arithmetic traces (numbers with points, ~35% digits),
-    each longer than ``chars`` characters, so that every example is cut to exactly max_length."""
+    """Alpaca rows whose answers are long arithmetic traces (numbers with points, ~45% digits),
+    each longer than ``chars`` characters (the tokenizer drops the spaces and line breaks: ~0.78
+    tokens per character), so that every example is cut to exactly max_length."""
     import random
 
     rng = random.Random(0)
@@ -391,7 +392,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         args.work = args.work or Path(tmp)
         args.work.mkdir(parents=True, exist_ok=True)
         args.model_dir = save_char_model(args.work / "model", args.shape, max(args.lengths))
-        args.data = write_traces(args.work / "traces.jsonl", rows=4 * (1 + args.repeats), chars=max(args.lengths) + 64)
+        args.data = write_traces(args.work / "traces.jsonl", rows=4 * (1 + args.repeats), chars=2 * max(args.lengths))
         points = []
         for seq_len in args.lengths:
             for sp in args.sp:
