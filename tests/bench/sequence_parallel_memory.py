@@ -362,7 +362,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--lengths", default="2048,4096,8192", help="sequence lengths T (comma-separated)")
     parser.add_argument("--sp", default="1,2,4", help="sequence-parallel degrees (comma-separated)")
     parser.add_argument("--repeats", type=int, default=2, help="measured steps per run (after one warm-up step)")
-    parser.add_argument("--quick", action="store_true", help="T = 1024, SP = 1 and 2, a 2-layer model, 1 repeat")
+    parser.add_argument("--quick", action="store_true", help="T = 1024 (or --lengths), SP = 1, 2; 2 layers; 1 repeat")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument("--loss-path", choices=("logits", "chunked"), default="chunked")
     parser.add_argument("--check-model", action="store_true", help="check the model's terms in one process")
@@ -372,7 +372,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.shape = BENCH_MODEL
     if args.quick:
-        args.lengths, args.repeats, args.shape = "1024", 1, QUICK_MODEL
+        args.repeats, args.shape = 1, QUICK_MODEL
+        args.lengths = "1024" if args.lengths == "2048,4096,8192" else args.lengths
         args.sp = "1,2" if args.sp == "1,2,4" else args.sp
     args.lengths = [int(x) for x in args.lengths.split(",")]
     args.sp = [int(x) for x in args.sp.split(",")]
