@@ -276,9 +276,10 @@ def report(args: argparse.Namespace, points: list[Point]) -> str:
     return "\n".join(lines)
 
 
-def check_model(lengths: list[int]) -> str:
-    """The model's activation_peak against live bytes of one process's forward + loss + backward
-    (HF Qwen2, sdpa, DEL), fp32 and bf16, with and without checkpointing, logits and chunked."""
+def measure_one_process(shape: ModelShape, seq_len: int, dtype, checkpointing: bool, path: str) -> int:
+    """Exact peak bytes (live_bytes.py) of one forward + DEL loss + backward of a random HF Qwen2 of
+    ``shape`` (SDPA) on one sequence, after a warm-up call; weights and their gradients, allocated
+    before, are not counted."""
     import random
 
     import torch
@@ -287,6 +288,49 @@ def check_model(lengths: list[int]) -> str:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from del_core import build_loss
+
+    config = Qwen2Config(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=seq_len,
+        tie_word_embeddings=False,
+        use_cache=False,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(dtype).train()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ids, positions = torch.randint(30, shape.vocab, (1, seq_len)), torch.arange(seq_len)[None]
+    labels = make_labels(seq_len, shape.vocab, QWEN2_VOCAB, random.Random(0)).view(-1)
+    loss = build_loss("del", QWEN2_VOCAB)
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def step() -> None:
+        # No reference to the logits or hidden states outlives the forward, as in the trainer's objective.
+        if path == "logits":
+            out = loss(model(input_ids=ids, position_ids=positions).logits[0], labels)
+        else:
+            body = model.model(input_ids=ids, position_ids=positions)
+            out = loss.from_hidden(body.last_hidden_state[0], model.lm_head.weight, labels)
+            del body
+        out.loss.backward()
+
+    step()
+    return peak_live_bytes(step, [*model.parameters(), *(p.grad for p in model.parameters()), ids, positions, labels])
+
+
+def check_model(lengths: list[int]) -> str:
+    """The model's activation_peak against :func:`measure_one_process`, fp32 and bf16, with and
+    without checkpointing, logits and chunked paths, at three shapes."""
+    import itertools
+
+    import torch
 
     lines = [
         "| hidden, intermediate, layers, heads, kv | V | T | dtype | checkpointing | loss path "
@@ -298,62 +342,19 @@ def check_model(lengths: list[int]) -> str:
         ModelShape(192, 384, 3, 6, 3, 4096, qkv_bias=True),
         ModelShape(128, 512, 2, 4, 4, 512, qkv_bias=True),
     )
-    loss = build_loss("del", QWEN2_VOCAB)
-    for shape in shapes:
-        for seq_len in lengths:
-            for dtype in (torch.float32, torch.bfloat16):
-                for checkpointing in (False, True):
-                    for path in ("logits", "chunked"):
-                        config = Qwen2Config(
-                            vocab_size=shape.vocab,
-                            hidden_size=shape.hidden,
-                            intermediate_size=shape.intermediate,
-                            num_hidden_layers=shape.layers,
-                            num_attention_heads=shape.heads,
-                            num_key_value_heads=shape.kv_heads,
-                            max_position_embeddings=seq_len,
-                            tie_word_embeddings=False,
-                            use_cache=False,
-                        )
-                        config._attn_implementation = "sdpa"
-                        torch.manual_seed(0)
-                        model = Qwen2ForCausalLM(config).to(dtype).train()
-                        if checkpointing:
-                            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-                        ids = torch.randint(30, shape.vocab, (1, seq_len))
-                        positions = torch.arange(seq_len)[None]
-                        labels = make_labels(seq_len, shape.vocab, QWEN2_VOCAB, random.Random(0)).view(-1)
-                        for p in model.parameters():
-                            p.grad = torch.zeros_like(p)
-
-                        def step(model=model, ids=ids, positions=positions, labels=labels, path=path) -> None:
-                            # No reference to the logits or hidden states outlives the forward,
-                            # as in the trainer's objective.
-                            if path == "logits":
-                                out = loss(model(input_ids=ids, position_ids=positions).logits[0], labels)
-                            else:
-                                body = model.model(input_ids=ids, position_ids=positions)
-                                out = loss.from_hidden(body.last_hidden_state[0], model.lm_head.weight, labels)
-                                del body
-                            out.loss.backward()
-
-                        step()
-                        existing = [*model.parameters(), *(p.grad for p in model.parameters()), ids, positions, labels]
-                        measured = peak_live_bytes(step, existing)
-                        train = TrainShape(
-                            seq_len=seq_len,
-                            dtype_bytes=dtype.itemsize,
-                            gradient_checkpointing=checkpointing,
-                            loss_path=path,
-                        )
-                        pred = estimate(shape, train).activation_peak
-                        dims = f"{shape.hidden}, {shape.intermediate}, {shape.layers}, {shape.heads}, {shape.kv_heads}"
-                        lines.append(
-                            f"| {dims} | {shape.vocab} | {seq_len} | {str(dtype).removeprefix('torch.')} "
-                            f"| {'on' if checkpointing else 'off'} | {path} | {measured / MB:.2f} | {pred / MB:.2f} "
-                            f"| {measured / pred:.3f} |"
-                        )
-                        print(lines[-1], flush=True)
+    print("\n".join(lines), flush=True)
+    settings = itertools.product(shapes, lengths, (torch.float32, torch.bfloat16), (False, True), ("logits", "chunked"))
+    for shape, seq_len, dtype, checkpointing, path in settings:
+        measured = measure_one_process(shape, seq_len, dtype, checkpointing, path)
+        train = TrainShape(seq_len, dtype_bytes=dtype.itemsize, gradient_checkpointing=checkpointing, loss_path=path)
+        predicted_bytes = estimate(shape, train).activation_peak
+        dims = f"{shape.hidden}, {shape.intermediate}, {shape.layers}, {shape.heads}, {shape.kv_heads}"
+        lines.append(
+            f"| {dims} | {shape.vocab} | {seq_len} | {str(dtype).removeprefix('torch.')} "
+            f"| {'on' if checkpointing else 'off'} | {path} | {measured / MB:.2f} | {predicted_bytes / MB:.2f} "
+            f"| {measured / predicted_bytes:.3f} |"
+        )
+        print(lines[-1], flush=True)
     return "\n".join(lines)
 
 
