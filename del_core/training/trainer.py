@@ -8,6 +8,10 @@
 Per optimizer step each data-parallel rank runs its accumulation micro-batches; every micro-batch
 loss is divided by the token and digit counts of the whole global batch (summed over micro-batches
 and data-parallel ranks first), so the update does not depend on how the global batch is split.
+Under sequence parallelism (``parallel.sp``, DeepSpeed Ulysses) the ranks of a group share their
+micro-batches and each trains its contiguous shard of the sequences
+(:func:`del_core.data.sequence_shards.shard_batch`): the number spans and the counts come from the
+whole sequences, so a number cut by a shard boundary keeps its place values.
 The loop reads the device once per optimizer step: the step's record and the stop decision come
 from one read after the step (:func:`del_core.training.step_metrics.read_step`); batches move from
 page-locked memory without blocking the host.
