@@ -1,10 +1,10 @@
 """Per-rank activation and loss memory of a training step under Ulysses sequence parallelism, measured
 on the CPU and compared with the memory model (``del_core/training/memory_model.py``).
 
-Run (not part of CI; the default takes ~10 minutes on 2 busy CPU cores)::
+Run (not part of CI; the default takes ~17 minutes on 2 busy CPU cores)::
 
     python tests/bench/sequence_parallel_memory.py                   # T = 2K/4K/8K x SP = 1/2/4
-    python tests/bench/sequence_parallel_memory.py --quick           # T = 1K x SP = 1/2, ~1 minute
+    python tests/bench/sequence_parallel_memory.py --quick           # T = 1K x SP = 1/2, ~3 minutes
     python tests/bench/sequence_parallel_memory.py --check-model     # the model's terms, one process
 
 Each (T, SP) point is one ``torchrun --nproc_per_node SP`` run of the project's trainer
