@@ -114,6 +114,7 @@ def test_entry_scripts_are_short_and_never_patch_sys_path():
         "loss_demo.py",
         "numeric_bench.py",
         "grade_corpus.py",
+        "memory_estimate.py",
     }
     for script in scripts:
         text = script.read_text()
