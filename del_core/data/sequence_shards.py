@@ -9,8 +9,9 @@ are already aligned with the positions that predict them (``targets[t] = input_i
 so cutting them with the inputs loses no target at a cut.
 
 A sequence length that ``parts`` does not divide is padded at the right to the next multiple:
-input ``pad_id``, target IGNORE_INDEX, attention mask 0, position id 0 (each padded position is
-its own one-token example: no real token attends to it, and it predicts nothing), span tensors
+input ``pad_id``, target IGNORE_INDEX, attention mask 0, position ids continuing the row's last
+(:func:`del_core.data.tokenized.continued_positions`: no real token attends to a later position,
+padding predicts nothing, and a row of one example stays one causal block), span tensors
 as outside any number (:data:`SPANS_PADDING`), exactly what :func:`del_core.number_spans`
 gives for IGNORE_INDEX labels.
 
@@ -28,7 +29,7 @@ from typing import Optional, Union
 
 import torch
 
-from del_core.data.tokenized import TokenBatch
+from del_core.data.tokenized import TokenBatch, continued_positions
 from del_core.spans import IGNORE_INDEX, NumberSpans
 
 # The value of each NumberSpans field at a position outside any number (padding included).
@@ -92,7 +93,7 @@ def pad_batch(batch: TokenBatch, length: int, pad_id: int) -> TokenBatch:
         input_ids=pad_sequence(batch.input_ids, length, pad_id),
         targets=pad_sequence(batch.targets, length, IGNORE_INDEX),
         attention_mask=pad_sequence(batch.attention_mask, length, 0),
-        position_ids=pad_sequence(batch.position_ids, length, 0),
+        position_ids=continued_positions(batch.position_ids, length),
         spans=spans,
     )
 

@@ -260,5 +260,19 @@ def collate(items: Sequence[Example | Packed], pad_id: int) -> TokenBatch:
         batch.targets[i, :n] = torch.tensor(item.targets)
         batch.attention_mask[i, :n] = 1
         positions = item.position_ids if isinstance(item, Packed) else list(range(n))
-        batch.position_ids[i, :n] = torch.tensor(positions)
+        batch.position_ids[i] = continued_positions(torch.tensor([positions]), width)[0]
     return batch
+
+
+def continued_positions(position_ids: torch.Tensor, length: int) -> torch.Tensor:
+    """``position_ids`` [B, T] int64 right-padded to ``length`` positions, each row's padding
+    continuing its last position (p + 1, p + 2, ...). The padding so joins the row's last example
+    instead of opening new ones: a row of one example stays one causal block, and attention that
+    reads packed examples from the position ids (flash-attention, the packed SDPA under sequence
+    parallelism) builds no block mask for it. Padded positions predict nothing and no real
+    position attends to a later one, so no real position's output changes."""
+    missing = length - position_ids.shape[1]
+    if missing < 0:
+        raise ValueError(f"cannot pad {position_ids.shape[1]} position ids to {length}")
+    steps = torch.arange(1, missing + 1, dtype=position_ids.dtype, device=position_ids.device)
+    return torch.cat([position_ids, position_ids[:, -1:] + steps], dim=1)

@@ -329,6 +329,10 @@ class Trainer:
             compilation = LossCompilation(loss_cfg.compile_backend, max_tokens)
             self.log(f"[loss] torch.compile({loss_cfg.name}, backend={loss_cfg.compile_backend}, dynamic shapes)")
         self.objective = CausalLMObjective(model, loss_fn, loss_cfg.path, loss_cfg.chunk_size, compilation)
+        # from_pretrained returns the model in eval mode: without this, dropout and gradient
+        # checkpointing (transformers checkpoints only in training mode) would stay off until the
+        # first held-out evaluation restored train mode, and for the whole run without one.
+        self.objective.train()
         if self._zero3 and loss_cfg.path == "chunked" and self.dims.tp == 1:
             ds.register_lm_head_weight(self.objective)
 

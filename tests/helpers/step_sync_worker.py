@@ -14,7 +14,8 @@ prints one JSON object (the last line of stdout):
   that method works on host memory only (its batches move to the device afterwards);
 * ``bad_label``: the error one out-of-range label id gives, and how many micro-batches reached the
   engine before it (``{"error": type, "message": str, "engine_calls": int}``);
-* ``stop``: what ``maybe_checkpoint()`` returns after a step during which a stop was requested.
+* ``stop``: what ``maybe_checkpoint()`` returns after a step during which a stop was requested;
+* ``modes``: the modules of the set-up objective not in training mode (``eval_mode_modules``).
 """
 
 from __future__ import annotations
@@ -118,9 +119,11 @@ def main(model_dir: str, work_dir: str) -> None:
 
     trainer = build_trainer(Path(model_dir), Path(work_dir))
     try:
+        # before any step or evaluation: every module of the model trains in training mode
+        report_modes = {"eval_mode_modules": [n for n, m in trainer.objective.named_modules() if not m.training]}
         trainer.train_step()  # warm-up
         trainer.maybe_checkpoint()
-        report = {"step": counted_step(trainer)}
+        report = {"step": counted_step(trainer), "modes": report_modes}
         report["stop"] = stop_step(trainer)
         report["bad_label"] = bad_label_step(trainer)  # last: an error inside a step may leave DeepSpeed mid-step
     finally:

@@ -67,7 +67,10 @@ def test_padding_is_what_number_spans_gives_for_ignored_labels():
     padded = pad_batch(batch, 23, pad_id=5)
     assert padded.input_ids.shape == (4, 23)
     assert (padded.targets[:, 20:] == IGNORE_INDEX).all() and (padded.input_ids[:, 20:] == 5).all()
-    assert (padded.attention_mask[:, 20:] == 0).all() and (padded.position_ids[:, 20:] == 0).all()
+    assert (padded.attention_mask[:, 20:] == 0).all()
+    # position ids continue each row's last one: 20 positions of one example -> 20, 21, 22
+    last = batch.position_ids[:, -1:]
+    assert torch.equal(padded.position_ids[:, 20:], last + torch.tensor([1, 2, 3]))
     expected = number_spans(padded.targets, VOCAB)
     for name, got, want in zip(SPANS_PADDING._fields, padded.spans, expected):
         assert got.dtype == want.dtype and torch.equal(got, want), name
@@ -90,7 +93,20 @@ def test_packed_rows_keep_their_position_ids_across_the_cut():
     batch = collate([packed], pad_id=0)
     shards = [shard_batch(batch, r, 2, pad_id=0) for r in range(2)]
     assert shards[0].position_ids.tolist() == [[0, 1, 2, 3, 0]]
-    assert shards[1].position_ids.tolist() == [[1, 2, 0, 1, 0]]  # the last 0: padding to 10
+    assert shards[1].position_ids.tolist() == [[1, 2, 0, 1, 2]]  # the last: padding to 10 joins the last example
+
+
+def test_padding_keeps_a_row_of_one_example_one_causal_block():
+    """Rows of unequal length (collate's padding) and a length sp does not divide (shard padding)
+    leave every unpacked row one example: the packed SDPA builds no [B, 1, T, T] mask for them."""
+    from del_core.models.sequence_attention import block_causal_mask
+
+    items = [Example([1] * 7, [IGNORE_INDEX] * 7), Example([1] * 4, [IGNORE_INDEX] * 4)]
+    batch = pad_batch(collate(items, pad_id=0), padded_length(7, 4), pad_id=0)
+    assert batch.position_ids.tolist() == [list(range(8)), list(range(8))]
+    assert block_causal_mask(batch.position_ids) is None
+    packed = collate([Packed([1] * 5, [IGNORE_INDEX] * 5, [0, 1, 2, 0, 1], [3, 2])], pad_id=0)
+    assert block_causal_mask(pad_batch(packed, 8, pad_id=0).position_ids) is not None
 
 
 def test_a_batch_without_spans_shards_without():

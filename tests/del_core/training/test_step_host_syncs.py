@@ -83,3 +83,9 @@ def test_a_bad_label_id_is_named_before_the_model_sees_the_batch(report):
 
 def test_a_stop_request_ends_the_loop_from_the_step_read(report):
     assert report["stop"]["stopped"] is True, report["stop"]
+
+
+def test_the_model_trains_in_training_mode_from_the_first_step(report):
+    """from_pretrained returns an eval-mode model; transformers checkpoints layers only in training
+    mode, so a trainer that left it so would train without gradient checkpointing (and dropout)."""
+    assert report["modes"]["eval_mode_modules"] == []
