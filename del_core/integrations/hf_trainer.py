@@ -27,8 +27,9 @@ The model runs without labels, so its forward computes no loss of its own; the T
 the loss takes the model's full logits [B, T, V]. With ``loss_path="chunked"`` the forward keeps the
 logits of the last position only (``logits_to_keep=1``) and the loss takes the last hidden states
 and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidden``): the fp32
-[B, T, V] logits are never held (DDP and ZeRO-2; refused under ZeRO-3). Both paths are the
-training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`). Evaluation
+[B, T, V] logits are never held (DDP, ZeRO-2, and ZeRO-3, where the loss runs as a module of the
+model so that ZeRO-3 gathers the head weight for it: :mod:`del_core.integrations.zero3_head`).
+Both paths are the training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`). Evaluation
 (``model.eval()``) normalises each batch by its own counts.
 
 ``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does (:mod:`del_core.losses.auto_weight`):
@@ -61,6 +62,7 @@ from del_core.integrations.setup_checks import (
     parallelism_problems,
     raise_problems,
 )
+from del_core.integrations.zero3_head import ChunkedLossHost, attach_chunked_loss_host, loss_output
 from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path, loss_path_name
 from del_core.vocab import DigitVocab
 
@@ -76,7 +78,7 @@ class DELTrainerMixin:
       measures lambda on the first step's batch (the module doc), ``auto_ratio`` its ratio;
     * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer;
     * ``loss_path``: ``"logits"`` (default) or ``"chunked"`` (from the last hidden states, chunk by
-      chunk, never holding the [B, T, V] logits; not under ZeRO-3), ``chunk_size`` tokens per chunk
+      chunk, never holding the [B, T, V] logits; under ZeRO-3 too), ``chunk_size`` tokens per chunk
       (256). ``"hidden"`` is read as ``"chunked"`` with a FutureWarning for one release.
 
     Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
@@ -104,6 +106,7 @@ class DELTrainerMixin:
         super().__init__(*args, **kwargs)
         self.del_loss_path, self.del_chunk_size = _loss_path(loss_path), chunk_size
         self._refuse_unsupported_setup()
+        self._del_host = self._chunked_loss_host()
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
         self._del_auto_ratio = auto_ratio if is_auto_weight(loss_weight) else None  # lambda still to measure
         self._del_window: Optional[WindowCounts] = None
@@ -175,8 +178,16 @@ class DELTrainerMixin:
         problems = argument_problems(self.args, self.compute_loss_func)
         problems += parallelism_problems(self.args.n_gpu, self.get_tp_size(), self.get_cp_size(), self.get_sp_size())
         problems += model_problems(getattr(self.model, "config", None))
-        problems += loss_path_problems(self.del_loss_path, self.del_chunk_size, is_deepspeed_zero3_enabled())
+        problems += loss_path_problems(self.del_loss_path, self.del_chunk_size)
         raise_problems(problems)
+
+    def _chunked_loss_host(self) -> Optional[ChunkedLossHost]:
+        """Under ZeRO-3 the chunked loss runs as a module of the model (:mod:`.zero3_head`), so that
+        ZeRO-3 gathers the LM-head weight for it; attached before ``train()`` hands the model to
+        DeepSpeed. None on the logits path and without ZeRO-3."""
+        if self.del_loss_path != "chunked" or not is_deepspeed_zero3_enabled():
+            return None
+        return attach_chunked_loss_host(self.model)
 
     def _forward(self, model: torch.nn.Module, inputs: Mapping[str, Any], targets: torch.Tensor):
         """(the model's outputs, the loss of this batch as a call taking the normalisers)."""
@@ -187,8 +198,13 @@ class DELTrainerMixin:
             source, weight = model_logits(outputs, targets, name), None
         else:
             outputs = model(**self._forward_inputs(inputs), output_hidden_states=True, logits_to_keep=1)
-            source, weight = model_hidden_states(outputs, targets, name), head_weight(unwrapped)
+            source = model_hidden_states(outputs, targets, name)
         calls = LossCalls.of(self._loss_on(source.device))
+        if path == "chunked" and self._del_host is not None:
+            host = functools.partial(self._del_host, source, targets, calls=calls, chunk_size=self.del_chunk_size)
+            return outputs, lambda **counts: loss_output(host(**counts))
+        if path == "chunked":
+            weight = head_weight(unwrapped)
         score = functools.partial(
             loss_on_path, path, calls, source, targets, head_weight=weight, chunk_size=self.del_chunk_size
         )

@@ -70,22 +70,14 @@ def model_problems(config: Any) -> list[str]:
     return []
 
 
-def loss_path_problems(loss_path: str, chunk_size: int, zero3: bool) -> list[str]:
-    """An unknown ``loss_path`` (see :data:`del_core.losses.LOSS_PATHS`), a chunk size below 1, and
-    the chunked path under ZeRO-3 (its LM-head weight is partitioned outside the model's forward, so
-    the loss could not read it)."""
+def loss_path_problems(loss_path: str, chunk_size: int) -> list[str]:
+    """An unknown ``loss_path`` (see :data:`del_core.losses.LOSS_PATHS`) and a chunk size below 1."""
     if loss_path not in LOSS_PATHS:
         return [
             f"loss_path={loss_path!r}: choose 'logits' (the model's logits) or 'chunked' (from the last hidden "
             "states, chunk by chunk)"
         ]
-    problems = [] if chunk_size >= 1 else [f"chunk_size={chunk_size}: must be >= 1"]
-    if loss_path == "chunked" and zero3:
-        problems.append(
-            "loss_path='chunked' under DeepSpeed ZeRO-3: the LM-head weight is partitioned outside the forward; "
-            "use ZeRO-2 (or recipes/train.py loss.path=chunked, which gathers it under ZeRO-3)"
-        )
-    return problems
+    return [] if chunk_size >= 1 else [f"chunk_size={chunk_size}: must be >= 1"]
 
 
 def raise_problems(problems: list[str]) -> None:

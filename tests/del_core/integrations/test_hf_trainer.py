@@ -208,13 +208,16 @@ def test_accumulation_and_ranks_give_the_whole_batch_loss_and_weights(one_proces
 # --- (3) DeepSpeed ZeRO-3 (and ZeRO-2) through the Trainer's deepspeed= argument ----------------
 @pytest.mark.launches
 def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
-    """2 processes x accumulation 2 under ZeRO-3, ZeRO-2, and ZeRO-2 with the loss chunked from the
-    hidden states: finite, decreasing losses, the 1-process (1x4) first-step loss, and the same
+    """2 processes x accumulation 2 under ZeRO-3, ZeRO-2, and ZeRO-3 and ZeRO-2 with the loss chunked
+    from the hidden states (under ZeRO-3 the partitioned LM-head weight gathered for the loss's
+    forward and backward, its gradient reduce-scattered into ZeRO-3's partitions): finite,
+    decreasing losses, the 1-process (1x4) first-step loss, and the same
     losses as 1x4 on the same loss path to 1e-5 and final weights to 1e-5 (1e-4 on the chunked
     path, see below). (The two paths' gradients agree to 1e-5, see the one-batch test; Adam
     amplifies that round-off where gradients are near zero, so weights are compared within a path.)"""
     runs = [layout("zero3", 2, 2, deepspeed=zero_config(3)), layout("zero2", 2, 2, deepspeed=zero_config(2))]
     runs.append(layout("zero2-chunked", 2, 2, deepspeed=zero_config(2), loss_path="chunked"))
+    runs.append(layout("zero3-chunked", 2, 2, deepspeed=zero_config(3), loss_path="chunked"))
     launch(2, spec, runs)
     for run in runs:
         reference_logs, reference_w = one_process["1x4-chunked" if run.get("loss_path") else "1x4"]
@@ -302,11 +305,9 @@ def test_a_forward_without_full_logits_is_refused(wrap, message, tiny_model, tok
 
 
 def test_loss_path_settings_are_checked():
-    assert loss_path_problems("logits", 256, zero3=True) == []
-    assert loss_path_problems("chunked", 256, zero3=False) == []
-    assert "ZeRO-3" in loss_path_problems("chunked", 256, zero3=True)[0]
-    assert "loss_path='dense'" in loss_path_problems("dense", 256, zero3=False)[0]
-    assert "chunk_size=0" in loss_path_problems("chunked", 0, zero3=False)[0]
+    assert loss_path_problems("logits", 256) == loss_path_problems("chunked", 256) == []
+    assert "loss_path='dense'" in loss_path_problems("dense", 256)[0]
+    assert "chunk_size=0" in loss_path_problems("chunked", 0)[0]
 
 
 def test_the_old_loss_path_spelling_warns_and_means_chunked(tiny_model, tokenizer, spec, tmp_path):
