@@ -49,9 +49,16 @@ import torch
 from transformers import Trainer
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
-from del_core.integrations.counting import TARGET_KEYS, WindowCounts, aligned_targets, window_target_counts
+from del_core.integrations.counting import (
+    TARGET_KEYS,
+    WindowCounts,
+    aligned_targets,
+    carried_spans,
+    window_target_counts,
+)
 from del_core.integrations.logged_metrics import LoggedMetrics
 from del_core.integrations.loss_setup import is_auto_weight, resolve_loss
+from del_core.integrations.sequence_parallel import WholeSequenceSpans
 from del_core.integrations.setup_checks import (
     argument_problems,
     head_weight,
@@ -61,9 +68,11 @@ from del_core.integrations.setup_checks import (
     model_problems,
     parallelism_problems,
     raise_problems,
+    sequence_parallel_problems,
 )
 from del_core.integrations.zero3_head import ChunkedLossHost, attach_chunked_loss_host, loss_output
 from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path, loss_path_name
+from del_core.spans import NumberSpans
 from del_core.vocab import DigitVocab
 
 
@@ -108,6 +117,10 @@ class DELTrainerMixin:
         self._refuse_unsupported_setup()
         self._del_host = self._chunked_loss_host()
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
+        raise_problems(sequence_parallel_problems(self.get_sp_size(), is_auto_weight(loss_weight)))
+        self._del_sp = self.get_sp_size()
+        if self._del_sp > 1:
+            self.data_collator = self._whole_sequence_spans(self.data_collator)
         self._del_auto_ratio = auto_ratio if is_auto_weight(loss_weight) else None  # lambda still to measure
         self._del_window: Optional[WindowCounts] = None
         self._del_left = 0  # micro-batches of the window not yet run
@@ -139,23 +152,30 @@ class DELTrainerMixin:
         num_items_in_batch: Optional[Union[torch.Tensor, int]] = None,
     ) -> Union[torch.Tensor, tuple[torch.Tensor, Any]]:
         """Training: R x ``loss(logits, targets, num_tokens=<window tokens>, num_digits=<window
-        digits>)`` with R the number of processes (see the module doc); evaluation: the loss of
-        this batch normalised by its own counts. ``num_items_in_batch`` is ignored."""
+        digits>)`` with R the number of data-parallel replicas (the processes / ``sp_size``, see
+        the module doc); evaluation: the loss of this batch normalised by its own counts.
+        ``num_items_in_batch`` is ignored."""
         window = self._take_window() if model.training else None
         targets = aligned_targets(inputs)
-        outputs, score = self._forward(model, inputs, targets)
+        outputs, score = self._forward(model, inputs, targets, carried_spans(inputs))
         if window is None:
             loss = score().loss
         else:
             counts = self.loss_normalisers(window, targets)
             out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
             self._del_metrics.add(out)
-            loss = out.loss * self.accelerator.num_processes
+            loss = out.loss * (self.accelerator.num_processes // self._del_sp)
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: Optional[float] = None) -> None:
         """The Trainer's log, with ``ce``, ``aux``, ``digit_entropy`` and ``digit_acc`` of the
         steps since the last log added to the training logs (those that carry ``loss``)."""
+        for key in ("loss", "train_loss"):
+            if key in logs:
+                # The Trainer averages the returned losses over all processes; under sequence
+                # parallelism they are shards of R = processes / sp_size replicas' losses, whose
+                # sum over the processes is R x the global batch's loss.
+                logs[key] *= self._del_sp
         if "loss" in logs:
             gather = self.accelerator.gather if self.args.world_size > 1 else None
             logs.update(self._del_metrics.collect(gather, self.args.device))
@@ -189,8 +209,11 @@ class DELTrainerMixin:
             return None
         return attach_chunked_loss_host(self.model)
 
-    def _forward(self, model: torch.nn.Module, inputs: Mapping[str, Any], targets: torch.Tensor):
-        """(the model's outputs, the loss of this batch as a call taking the normalisers)."""
+    def _forward(
+        self, model: torch.nn.Module, inputs: Mapping[str, Any], targets: torch.Tensor, spans: Optional[NumberSpans]
+    ):
+        """(the model's outputs, the loss of this batch as a call taking the normalisers); ``spans``:
+        the targets' number spans computed on the whole sequences, or None (computed here)."""
         unwrapped = self.accelerator.unwrap_model(model)
         name, path = type(unwrapped).__name__, self.del_loss_path
         if path == "logits":
@@ -201,12 +224,21 @@ class DELTrainerMixin:
             source = model_hidden_states(outputs, targets, name)
         calls = LossCalls.of(self._loss_on(source.device))
         if path == "chunked" and self._del_host is not None:
-            host = functools.partial(self._del_host, source, targets, calls=calls, chunk_size=self.del_chunk_size)
+            host = functools.partial(
+                self._del_host, source, targets, spans=spans, calls=calls, chunk_size=self.del_chunk_size
+            )
             return outputs, lambda **counts: loss_output(host(**counts))
         if path == "chunked":
             weight = head_weight(unwrapped)
         score = functools.partial(
-            loss_on_path, path, calls, source, targets, head_weight=weight, chunk_size=self.del_chunk_size
+            loss_on_path,
+            path,
+            calls,
+            source,
+            targets,
+            head_weight=weight,
+            chunk_size=self.del_chunk_size,
+            spans=spans,
         )
         return outputs, score
 
@@ -225,7 +257,7 @@ class DELTrainerMixin:
                     inputs = self._prepare_inputs(inputs)
                     targets = aligned_targets(inputs)
                     counts = self.loss_normalisers(window, targets)
-                    score = self._forward(model, inputs, targets)[1]
+                    score = self._forward(model, inputs, targets, carried_spans(inputs))[1]
                     out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
                     totals += torch.stack([out.ce, out.aux]).to(totals)
         finally:
@@ -243,6 +275,18 @@ class DELTrainerMixin:
             )
         self._del_left -= 1
         return self._del_window
+
+    def _whole_sequence_spans(self, collate: Callable) -> WholeSequenceSpans:
+        """The data collator under sequence parallelism (:mod:`.sequence_parallel`): batches padded
+        to a multiple of ``sp_size`` (to the handler's ``sp_seq_length`` when the length is fixed),
+        with position ids and the number spans of the whole sequences."""
+        tokenizer = self.processing_class
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        if pad_id is None:
+            pad_id = getattr(tokenizer, "eos_token_id", None) or 0
+        handler = self.accelerator.parallelism_config.sp_handler
+        fixed = None if handler.sp_seq_length_is_variable else handler.sp_seq_length
+        return WholeSequenceSpans(collate, self.del_loss.vocab, self._del_sp, pad_id, fixed)
 
     def _forward_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         forward = {key: value for key, value in inputs.items() if key not in TARGET_KEYS}

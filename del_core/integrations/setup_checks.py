@@ -47,20 +47,34 @@ def argument_problems(args: Any, compute_loss_func: Optional[Callable]) -> list[
 
 
 def parallelism_problems(n_gpu: int, tp_size: int, cp_size: int, sp_size: int) -> list[str]:
-    """Layouts whose ranks do not each hold whole, distinct sequences: the window counts (summed
-    over all processes) would not be the counts of the global batch."""
+    """Layouts the window counts (summed over all processes) would not follow: every rank must
+    hold whole, distinct sequences, or (``sp_size`` > 1, DeepSpeed Ulysses) shards of them cut by
+    DeepSpeed's dataloader adapter after the spans were computed on the whole sequences
+    (:mod:`del_core.integrations.sequence_parallel`)."""
     problems = []
     if n_gpu > 1:
         problems.append(
             f"n_gpu={n_gpu} (nn.DataParallel in one process): launch one process per device with torchrun or "
             "accelerate launch, or make one device visible"
         )
-    for name, size in (("tensor", tp_size), ("context", cp_size), ("sequence", sp_size)):
+    for name, size in (("tensor", tp_size), ("context", cp_size)):
         if size > 1:
             problems.append(
-                f"{name} parallelism of size {size}: only data parallelism (DDP, DeepSpeed ZeRO) is supported"
+                f"{name} parallelism of size {size}: only data parallelism (DDP, DeepSpeed ZeRO, FSDP) and "
+                "DeepSpeed sequence parallelism (ParallelismConfig(sp_size=N, sp_backend='deepspeed')) are supported"
             )
     return problems
+
+
+def sequence_parallel_problems(sp_size: int, auto_weight: bool) -> list[str]:
+    """What the adapter cannot do under sequence parallelism: ``loss_weight="auto"`` measures lambda
+    in eval mode, where the Trainer runs without sequence parallelism on the shards it holds."""
+    if sp_size > 1 and auto_weight:
+        return [
+            f"loss_weight='auto' with sequence parallelism (sp_size={sp_size}): lambda is measured in eval mode, "
+            "where sequence parallelism is off; measure it without sp (or with recipes/train.py) and pass the number"
+        ]
+    return []
 
 
 def model_problems(config: Any) -> list[str]:

@@ -18,14 +18,15 @@ import torch
 
 from del_core.integrations.setup_checks import UnsupportedSetupError, head_weight
 from del_core.losses import LossCalls, LossOutput, loss_on_path
+from del_core.spans import NumberSpans
 
 HOST_NAME = "del_chunked_loss"  # the host's name among the model's submodules
 LOSS_PARTS = ("loss", "ce", "aux")
 
 
 class ChunkedLossHost(torch.nn.Module):
-    """``forward(hidden, targets, num_tokens, num_digits, calls=, chunk_size=) -> dict``: the chunked
-    loss (:func:`del_core.losses.loss_on_path`) of ``hidden`` [B, T, H] against the LM-head weight
+    """``forward(hidden, targets, num_tokens, num_digits, spans, calls=, chunk_size=) -> dict``: the
+    chunked loss (:func:`del_core.losses.loss_on_path`) of ``hidden`` [B, T, H] against the LM-head weight
     of ``model``, as named tensors (ZeRO-3's hooks see the tensors of a dict, not those of a
     dataclass): ``loss``, ``ce``, ``aux`` and ``metric/<name>`` for each of the loss's metrics.
 
@@ -42,13 +43,22 @@ class ChunkedLossHost(torch.nn.Module):
         targets: torch.Tensor,
         num_tokens: Optional[torch.Tensor] = None,
         num_digits: Optional[torch.Tensor] = None,
+        spans: Optional[NumberSpans] = None,
         *,
         calls: LossCalls,
         chunk_size: int,
     ) -> dict[str, torch.Tensor]:
         weight = head_weight(self._model[0])  # whole here: gathered by ZeRO-3's pre-forward hook
         out = loss_on_path(
-            "chunked", calls, hidden, targets, num_tokens, num_digits, head_weight=weight, chunk_size=chunk_size
+            "chunked",
+            calls,
+            hidden,
+            targets,
+            num_tokens,
+            num_digits,
+            head_weight=weight,
+            chunk_size=chunk_size,
+            spans=spans,
         )
         named = {name: getattr(out, name) for name in LOSS_PARTS}
         named.update({f"metric/{name}": value for name, value in out.metrics.items()})

@@ -5,11 +5,14 @@ for a few steps and writes what the tests compare. One process, or under torch.d
 
 SPEC: ``{"model": DIR, "out": DIR, "rows": [{"input_ids": [...], "labels": [...]}, ...],
 "runs": [RUN, ...]}`` with RUN ``{"name", "micro", "accumulation", "steps", "variant",
-"deepspeed", "loss_path"}``. ``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong
-normalisation: ``"per_micro_batch"`` (each micro-batch's digit term divided by its own digit count)
-or ``"rank_local"`` (digits counted over this rank's window only, not all-reduced). ``deepspeed``
-is a DeepSpeed config dict or null. Rank 0 writes ``OUT/NAME.json`` (the Trainer's per-step logs)
-and ``OUT/NAME.pt`` (the final weights, gathered under ZeRO-3).
+"deepspeed", "loss_path", "sp"}``. ``variant`` is ``"global"`` (the integration as shipped) or a
+deliberately wrong normalisation: ``"per_micro_batch"`` (each micro-batch's digit term divided by
+its own digit count), ``"rank_local"`` (digits counted over this rank's window only, not
+all-reduced) or ``"per_shard_spans"`` (under sequence parallelism, number spans computed on each
+shard instead of the whole sequence). ``deepspeed`` is a DeepSpeed config dict or null; ``sp``
+(default 1) the DeepSpeed Ulysses sequence-parallel size of an accelerate ``ParallelismConfig``.
+Rank 0 writes ``OUT/NAME.json`` (the Trainer's per-step logs) and ``OUT/NAME.pt`` (the final
+weights, gathered under ZeRO-3).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from del_core.integrations import DELTrainer, target_counts
 from del_core.spans import IGNORE_INDEX
 
 LR = 1e-3
+SP_LENGTH = 48  # the fixed sequence length under sequence parallelism (the rows have 16 to 40 tokens)
 
 
 class PerMicroBatchDigits(DELTrainer):
@@ -42,7 +46,20 @@ class RankLocalDigits(DELTrainer):
         return torch.stack([super().reduce_counts(local)[0], local[1]])
 
 
-VARIANTS = {"global": DELTrainer, "per_micro_batch": PerMicroBatchDigits, "rank_local": RankLocalDigits}
+class PerShardSpans(DELTrainer):
+    """The defect under sequence parallelism: the batches carry no whole-sequence spans, so the
+    spans (and the digit counts) are computed on each shard after the cut."""
+
+    def _whole_sequence_spans(self, collate):
+        return dataclasses.replace(super()._whole_sequence_spans(collate), vocab=None)
+
+
+VARIANTS = {
+    "global": DELTrainer,
+    "per_micro_batch": PerMicroBatchDigits,
+    "rank_local": RankLocalDigits,
+    "per_shard_spans": PerShardSpans,
+}
 
 # Answers with 0 to 16 digits: consecutive pairs (the micro-batches) hold very different digit counts.
 ANSWER_TEMPLATES = (
@@ -114,7 +131,23 @@ def training_arguments(out: Path, run: dict):
         train_sampling_strategy="sequential",
         disable_tqdm=True,
         deepspeed=run.get("deepspeed"),
+        parallelism_config=sequence_parallelism(run.get("sp", 1)),
     )
+
+
+def sequence_parallelism(sp: int):
+    """accelerate's ParallelismConfig for DeepSpeed Ulysses with ``sp`` ranks (sdpa attention), or
+    None for ``sp == 1``. Batches of a fixed length (:data:`SP_LENGTH`): DeepSpeed's dataloader
+    adapter all-gathers the batches of the group, which gloo accepts only at equal sizes."""
+    if sp == 1:
+        return None
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DeepSpeedSequenceParallelConfig
+
+    handler = DeepSpeedSequenceParallelConfig(
+        sp_seq_length_is_variable=False, sp_seq_length=SP_LENGTH, sp_attn_implementation="sdpa"
+    )
+    return ParallelismConfig(sp_size=sp, sp_backend="deepspeed", sp_handler=handler)
 
 
 def join_deepspeed_process_group(args) -> None:
@@ -138,7 +171,7 @@ def train(spec: dict, run: dict) -> DELTrainer:
     if run.get("deepspeed"):
         join_deepspeed_process_group(args)
     tokenizer = load_tokenizer(spec["model"])
-    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32, attn_implementation="sdpa")
     trainer = VARIANTS[run.get("variant", "global")](
         model=model,
         args=args,
@@ -167,11 +200,26 @@ def save(trainer: DELTrainer, out: Path, name: str) -> None:
         torch.save({k: v.detach().float().cpu() for k, v in weights.items()}, out / f"{name}.pt")
 
 
+def end_sequence_parallelism(core_attention) -> None:
+    """DeepSpeed keeps the sequence-parallel groups and its Ulysses attention (registered in place of
+    transformers' sdpa) for the life of the process: undone, so that the next run starts afresh."""
+    from deepspeed.runtime.sequence_parallel import parallel_state_sp
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    parallel_state_sp._release_sequence_parallel_groups()
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = core_attention
+
+
 def main(path: str) -> None:
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
     spec = json.loads(Path(path).read_text())
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
     for run in spec["runs"]:
         trainer = train(spec, run)
         save(trainer, Path(spec["out"]), run["name"])
+        if run.get("sp", 1) > 1:
+            end_sequence_parallelism(sdpa)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

@@ -234,6 +234,49 @@ def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
         assert gaps["loss"] <= TOL and gaps["weights"] <= weight_tol, gaps
 
 
+# --- (3b) DeepSpeed Ulysses sequence parallelism through accelerate's ParallelismConfig ----------
+def numbers_across_the_cut(spec: dict, tokenizer, micro: int, sp: int) -> int:
+    """Numbers of the training rows that straddle a shard cut, batched as the Trainer does."""
+    from del_core.integrations import carried_spans
+    from del_core.integrations.sequence_parallel import with_whole_sequence_spans
+    from del_core.vocab import DigitVocab
+    from helpers.sequence_parallel import numbers_across_cuts
+
+    vocab, collate = DigitVocab.from_tokenizer(tokenizer), worker.collate(tokenizer.pad_token_id)
+    rows = spec["rows"]
+    batches = [collate(rows[i : i + micro]) for i in range(0, len(rows), micro)]
+    return sum(
+        numbers_across_cuts(carried_spans(with_whole_sequence_spans(b, vocab, sp, tokenizer.pad_token_id)), sp)
+        for b in batches
+    )
+
+
+@pytest.mark.launches
+def test_sequence_parallel_two_processes_match_one_process(spec, tokenizer, one_process):
+    """sp_size=2 (2 processes, DeepSpeed Ulysses, 1 data-parallel replica x accumulation 4) under
+    ZeRO-2, and under ZeRO-3 on the chunked path: each rank runs one half of every sequence, the
+    number spans computed on the whole sequences travel with the shards. The same losses as 1x4 on
+    the same path to 1e-5 and weights to 1e-5 (1e-4 chunked, see above), with numbers straddling
+    the cut; spans computed on each shard instead (the defect) change the losses."""
+    assert numbers_across_the_cut(spec, tokenizer, 2, 2) >= 3
+    sp = {"sp": 2}
+    runs = [
+        layout("sp2-zero2", 2, 4, deepspeed=zero_config(2), **sp),
+        layout("sp2-zero3-chunked", 2, 4, deepspeed=zero_config(3), loss_path="chunked", **sp),
+        layout("sp2-per-shard-spans", 2, 4, deepspeed=zero_config(2), variant="per_shard_spans", **sp),
+    ]
+    launch(2, spec, runs)
+    gaps = {}
+    for run in runs:
+        reference_logs, reference_w = one_process["1x4-chunked" if run.get("loss_path") else "1x4"]
+        logs, weights = result(spec, run["name"])
+        gaps[run["name"]] = {"loss": loss_gap(logs, reference_logs), "weights": weight_gap(weights, reference_w)}
+    print("\nsp=2 vs 1x4 (max abs):", json.dumps(gaps))
+    assert gaps["sp2-zero2"]["loss"] <= TOL and gaps["sp2-zero2"]["weights"] <= TOL, gaps
+    assert gaps["sp2-zero3-chunked"]["loss"] <= TOL and gaps["sp2-zero3-chunked"]["weights"] <= 1e-4, gaps
+    assert gaps["sp2-per-shard-spans"]["loss"] > 100 * TOL, gaps
+
+
 # --- (4) refusals -------------------------------------------------------------------------------
 class HiddenStatesOnly(torch.nn.Module):
     """A causal LM whose forward returns hidden states and no logits (as a fused loss head does)."""
