@@ -92,8 +92,13 @@ class DELTrainerMixin:
 
     Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
     ``compute_loss_func``, ``use_liger_kernel=True``, label smoothing, a TRL ``loss_type`` other
-    than ``"nll"``, ``nn.DataParallel``, tensor/context/sequence parallelism, encoder-decoder
-    models, and (at the first step) a forward that returns no logits or not one per position.
+    than ``"nll"``, ``nn.DataParallel``, tensor and context parallelism, ``loss_weight="auto"`` with
+    sequence parallelism, encoder-decoder models, and (at the first step) a forward that returns
+    no logits or not one per position.
+
+    Parallel layouts: DDP, DeepSpeed ZeRO-2/3 and FSDP (both loss paths), and DeepSpeed Ulysses
+    sequence parallelism (``ParallelismConfig(sp_size=N, sp_backend="deepspeed")``, the module
+    :mod:`del_core.integrations.sequence_parallel`).
     """
 
     loss_is_scaled_for_ga = True

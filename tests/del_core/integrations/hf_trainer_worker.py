@@ -5,14 +5,16 @@ for a few steps and writes what the tests compare. One process, or under torch.d
 
 SPEC: ``{"model": DIR, "out": DIR, "rows": [{"input_ids": [...], "labels": [...]}, ...],
 "runs": [RUN, ...]}`` with RUN ``{"name", "micro", "accumulation", "steps", "variant",
-"deepspeed", "loss_path", "sp"}``. ``variant`` is ``"global"`` (the integration as shipped) or a
+"deepspeed", "loss_path", "sp", "fsdp", "trainer"}``. ``variant`` is ``"global"`` (the integration as shipped) or a
 deliberately wrong normalisation: ``"per_micro_batch"`` (each micro-batch's digit term divided by
 its own digit count), ``"rank_local"`` (digits counted over this rank's window only, not
 all-reduced) or ``"per_shard_spans"`` (under sequence parallelism, number spans computed on each
 shard instead of the whole sequence). ``deepspeed`` is a DeepSpeed config dict or null; ``sp``
-(default 1) the DeepSpeed Ulysses sequence-parallel size of an accelerate ``ParallelismConfig``.
-Rank 0 writes ``OUT/NAME.json`` (the Trainer's per-step logs) and ``OUT/NAME.pt`` (the final
-weights, gathered under ZeRO-3).
+(default 1) the DeepSpeed Ulysses sequence-parallel size of an accelerate ``ParallelismConfig``;
+``fsdp`` the TrainingArguments of FSDP; ``trainer="sft"`` trains ``DELSFTTrainer`` (TRL) on the
+spec's ``sft_rows`` (prompt-completion) instead.
+Rank 0 writes ``OUT/NAME.json`` (the Trainer's per-step logs), ``OUT/NAME.pt`` (the final
+weights, gathered under ZeRO-3 and FSDP) and ``OUT/NAME.engine.json`` (the engines that trained).
 """
 
 from __future__ import annotations
@@ -91,6 +93,18 @@ def make_rows(tokenizer, n: int) -> list[dict]:
     return rows
 
 
+def make_sft_rows(n: int) -> list[dict]:
+    """``n`` prompt-completion rows (additions whose sums have 1 to 7 digits) for TRL's SFTTrainer."""
+    import random
+
+    rng = random.Random(1)
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(0, 10 ** (1 + i % 6)), rng.randint(0, 999)
+        rows.append({"prompt": f"What is {a} + {b}?", "completion": f" {a} + {b} = {a + b}."})
+    return rows
+
+
 def collate(pad_id: int):
     """Right padding: input ids with ``pad_id``, labels with -100, attention mask 0."""
 
@@ -112,10 +126,16 @@ def collate(pad_id: int):
 
 
 def training_arguments(out: Path, run: dict):
-    """Sequential sampling (every layout sees the same global batches), constant LR, a log per step."""
+    """Sequential sampling (every layout sees the same global batches), constant LR, a log per step;
+    TRL's SFTConfig (fp32, no completion-only flag beyond TRL's default) for ``trainer="sft"``."""
     from transformers import TrainingArguments
 
-    return TrainingArguments(
+    config, extra = TrainingArguments, {}
+    if run.get("trainer") == "sft":
+        from trl import SFTConfig
+
+        config, extra = SFTConfig, {"bf16": False}  # TRL's default is bf16 autocast, also on CPU
+    return config(
         output_dir=str(out / run["name"]),
         per_device_train_batch_size=run["micro"],
         gradient_accumulation_steps=run["accumulation"],
@@ -132,6 +152,8 @@ def training_arguments(out: Path, run: dict):
         disable_tqdm=True,
         deepspeed=run.get("deepspeed"),
         parallelism_config=sequence_parallelism(run.get("sp", 1)),
+        **run.get("fsdp", {}),
+        **extra,
     )
 
 
@@ -172,17 +194,24 @@ def train(spec: dict, run: dict) -> DELTrainer:
         join_deepspeed_process_group(args)
     tokenizer = load_tokenizer(spec["model"])
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32, attn_implementation="sdpa")
-    trainer = VARIANTS[run.get("variant", "global")](
-        model=model,
-        args=args,
-        train_dataset=spec["rows"],
-        data_collator=collate(tokenizer.pad_token_id or tokenizer.eos_token_id),
-        processing_class=tokenizer,
-        loss="del",
-        loss_weight=run.get("weight", 0.5),
-        loss_path=run.get("loss_path", "logits"),
-        chunk_size=7,  # several chunks per micro-batch
-    )
+    loss = {"loss": "del", "loss_weight": run.get("weight", 0.5), "loss_path": run.get("loss_path", "logits")}
+    if run.get("trainer") == "sft":
+        from datasets import Dataset
+
+        from del_core.integrations import DELSFTTrainer
+
+        data = Dataset.from_list(spec["sft_rows"])  # prompt-completion rows: TRL tokenises and masks
+        trainer = DELSFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, **loss)
+    else:
+        trainer = VARIANTS[run.get("variant", "global")](
+            model=model,
+            args=args,
+            train_dataset=spec["rows"],
+            data_collator=collate(tokenizer.pad_token_id or tokenizer.eos_token_id),
+            processing_class=tokenizer,
+            chunk_size=7,  # several chunks per micro-batch
+            **loss,
+        )
     trainer.train()
     return trainer
 
@@ -197,6 +226,12 @@ def save(trainer: DELTrainer, out: Path, name: str) -> None:
     weights = trainer.accelerator.get_state_dict(trainer.model_wrapped)
     if trainer.args.process_index == 0:
         (out / f"{name}.json").write_text(json.dumps(step_logs(trainer)))
+        engine = {
+            "fsdp": trainer.is_fsdp_enabled,
+            "deepspeed": trainer.is_deepspeed_enabled,
+            "sp": trainer.get_sp_size(),
+        }
+        (out / f"{name}.engine.json").write_text(json.dumps(engine))
         torch.save({k: v.detach().float().cpu() for k, v in weights.items()}, out / f"{name}.pt")
 
 

@@ -47,6 +47,11 @@ def zero_config(stage: int) -> dict:
     }
 
 
+# FSDP as the paper's release launches it (``--fsdp "full_shard auto_wrap"``), one unit per decoder
+# layer; torch FSDP2 (transformers' default) over gloo on the CPU.
+FSDP = {"fsdp": "full_shard auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": ["Qwen2DecoderLayer"]}}
+
+
 def layout(name: str, micro: int, accumulation: int, **extra) -> dict:
     return {"name": name, "micro": micro, "accumulation": accumulation, "steps": STEPS, **extra}
 
@@ -67,7 +72,8 @@ def tokenizer(tiny_model):
 @pytest.fixture(scope="module")
 def spec(tiny_model, tokenizer, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("runs")
-    return {"model": str(tiny_model), "out": str(out), "rows": worker.make_rows(tokenizer, 8 * STEPS), "runs": []}
+    rows, sft_rows = worker.make_rows(tokenizer, 8 * STEPS), worker.make_sft_rows(8 * STEPS)
+    return {"model": str(tiny_model), "out": str(out), "rows": rows, "sft_rows": sft_rows, "runs": []}
 
 
 def launch(nproc: int, spec: dict, runs: list[dict]) -> None:
@@ -107,10 +113,16 @@ def one_process(spec) -> dict:
 
 @pytest.fixture(scope="module")
 def two_processes(spec) -> dict:
-    """2x2 (DDP), and 2x2 with digits counted per rank (not all-reduced)."""
+    """2x2 (DDP), 2x2 with digits counted per rank (not all-reduced), and 2x2 under FSDP on both
+    loss paths."""
     runs = [layout("2x2", 2, 2), layout("2x2-rank-local", 2, 2, variant="rank_local")]
+    runs += [layout("2x2-fsdp", 2, 2, fsdp=FSDP), layout("2x2-fsdp-chunked", 2, 2, fsdp=FSDP, loss_path="chunked")]
     launch(2, spec, runs)
     return {run["name"]: result(spec, run["name"]) for run in runs}
+
+
+def engines(spec: dict, name: str) -> dict:
+    return json.loads((Path(spec["out"]) / f"{name}.engine.json").read_text())
 
 
 def loss_gap(a: list[dict], b: list[dict], key: str = "loss") -> float:
@@ -205,6 +217,22 @@ def test_accumulation_and_ranks_give_the_whole_batch_loss_and_weights(one_proces
     assert all(gap > 100 * TOL for gap in naive.values()), naive
 
 
+@pytest.mark.launches
+def test_fsdp_two_processes_match_one_process(spec, one_process, two_processes):
+    """2 processes x accumulation 2 under FSDP ("full_shard auto_wrap"): the same losses as 1x4 on
+    the same loss path to 1e-5 and the final weights to 1e-5 (1e-4 chunked, see the ZeRO test).
+    On the chunked path the LM head (tied to the embedding) stays in FSDP's root unit, whose
+    parameters are not resharded between the forward and the backward: the loss reads it whole."""
+    gaps = {}
+    for name, reference in (("2x2-fsdp", "1x4"), ("2x2-fsdp-chunked", "1x4-chunked")):
+        (logs, weights), (reference_logs, reference_w) = two_processes[name], one_process[reference]
+        gaps[name] = {"loss": loss_gap(logs, reference_logs), "weights": weight_gap(weights, reference_w)}
+    print("\nFSDP vs 1x4 (max abs):", json.dumps(gaps))
+    assert engines(spec, "2x2-fsdp") == {"fsdp": True, "deepspeed": False, "sp": 1}
+    assert gaps["2x2-fsdp"]["loss"] <= TOL and gaps["2x2-fsdp"]["weights"] <= TOL, gaps
+    assert gaps["2x2-fsdp-chunked"]["loss"] <= TOL and gaps["2x2-fsdp-chunked"]["weights"] <= 1e-4, gaps
+
+
 # --- (3) DeepSpeed ZeRO-3 (and ZeRO-2) through the Trainer's deepspeed= argument ----------------
 @pytest.mark.launches
 def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
@@ -257,23 +285,32 @@ def test_sequence_parallel_two_processes_match_one_process(spec, tokenizer, one_
     ZeRO-2, and under ZeRO-3 on the chunked path: each rank runs one half of every sequence, the
     number spans computed on the whole sequences travel with the shards. The same losses as 1x4 on
     the same path to 1e-5 and weights to 1e-5 (1e-4 chunked, see above), with numbers straddling
-    the cut; spans computed on each shard instead (the defect) change the losses."""
+    the cut; spans computed on each shard instead (the defect) change the losses. DELSFTTrainer
+    (TRL, prompt-completion rows) under sp=2 equals its own 1x4 run."""
+    pytest.importorskip("trl")
     assert numbers_across_the_cut(spec, tokenizer, 2, 2) >= 3
     sp = {"sp": 2}
     runs = [
         layout("sp2-zero2", 2, 4, deepspeed=zero_config(2), **sp),
         layout("sp2-zero3-chunked", 2, 4, deepspeed=zero_config(3), loss_path="chunked", **sp),
         layout("sp2-per-shard-spans", 2, 4, deepspeed=zero_config(2), variant="per_shard_spans", **sp),
+        layout("sp2-sft", 2, 4, deepspeed=zero_config(2), trainer="sft", **sp),
     ]
     launch(2, spec, runs)
+    sft = layout("1x4-sft", 2, 4, trainer="sft")
+    worker.save(worker.train(spec, sft), Path(spec["out"]), sft["name"])
+    references = {**one_process, "1x4-sft": result(spec, sft["name"])}
     gaps = {}
     for run in runs:
-        reference_logs, reference_w = one_process["1x4-chunked" if run.get("loss_path") else "1x4"]
+        reference = "1x4-sft" if run.get("trainer") else "1x4-chunked" if run.get("loss_path") else "1x4"
+        reference_logs, reference_w = references[reference]
         logs, weights = result(spec, run["name"])
         gaps[run["name"]] = {"loss": loss_gap(logs, reference_logs), "weights": weight_gap(weights, reference_w)}
     print("\nsp=2 vs 1x4 (max abs):", json.dumps(gaps))
+    assert engines(spec, "sp2-zero3-chunked") == {"fsdp": False, "deepspeed": True, "sp": 2}
     assert gaps["sp2-zero2"]["loss"] <= TOL and gaps["sp2-zero2"]["weights"] <= TOL, gaps
     assert gaps["sp2-zero3-chunked"]["loss"] <= TOL and gaps["sp2-zero3-chunked"]["weights"] <= 1e-4, gaps
+    assert gaps["sp2-sft"]["loss"] <= TOL and gaps["sp2-sft"]["weights"] <= TOL, gaps
     assert gaps["sp2-per-shard-spans"]["loss"] > 100 * TOL, gaps
 
 
