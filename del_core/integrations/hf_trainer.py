@@ -22,15 +22,24 @@ the step's gradient is the gradient of ``loss(whole global batch)``. The logged 
 over ranks of each rank's summed returns) is the loss of the global batch; ``ce``, ``aux``,
 ``digit_entropy`` and ``digit_acc`` are logged beside it, over the same steps.
 
+Under DeepSpeed Ulysses sequence parallelism (``ParallelismConfig(sp_size=N,
+sp_backend="deepspeed")``) each rank holds a shard of every sequence of its group
+(:mod:`del_core.integrations.sequence_parallel`): the number spans travel with the shards from the
+whole sequences, the counts of the shards summed over all processes are those of the global batch,
+and R is the factor DeepSpeed's gradient averaging needs under SP for its ZeRO stage
+(:func:`del_core.training.engine.sequence_parallel_loss_scale`); the logged loss is corrected to
+the global batch's.
+
 The model runs without labels, so its forward computes no loss of its own; the Trainer's
 ``num_items_in_batch`` is not used (it has no digit count). With ``loss_path="logits"`` (default)
 the loss takes the model's full logits [B, T, V]. With ``loss_path="chunked"`` the forward keeps the
 logits of the last position only (``logits_to_keep=1``) and the loss takes the last hidden states
 and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidden``): the fp32
-[B, T, V] logits are never held (DDP, ZeRO-2, and ZeRO-3, where the loss runs as a module of the
-model so that ZeRO-3 gathers the head weight for it: :mod:`del_core.integrations.zero3_head`).
-Both paths are the training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`). Evaluation
-(``model.eval()``) normalises each batch by its own counts.
+[B, T, V] logits are never held (DDP, ZeRO-2, FSDP with the head in its root unit, and ZeRO-3,
+where the loss runs as a module of the model so that ZeRO-3 gathers the head weight for it:
+:mod:`del_core.integrations.zero3_head`). Both paths are the training recipe's ``loss.path``
+values (:func:`del_core.losses.loss_on_path`). Evaluation (``model.eval()``) normalises each
+batch by its own counts.
 
 ``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does (:mod:`del_core.losses.auto_weight`):
 before the first optimizer step, the CE and the weight-1 digit term of that step's global batch
@@ -60,6 +69,7 @@ from del_core.integrations.logged_metrics import LoggedMetrics
 from del_core.integrations.loss_setup import is_auto_weight, resolve_loss
 from del_core.integrations.sequence_parallel import WholeSequenceSpans
 from del_core.integrations.setup_checks import (
+    UnsupportedSetupError,
     argument_problems,
     head_weight,
     loss_path_problems,
@@ -124,6 +134,7 @@ class DELTrainerMixin:
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
         raise_problems(sequence_parallel_problems(self.get_sp_size(), is_auto_weight(loss_weight)))
         self._del_sp = self.get_sp_size()
+        self._del_loss_scale = self._backward_scale()
         if self._del_sp > 1:
             self.data_collator = self._whole_sequence_spans(self.data_collator)
         self._del_auto_ratio = auto_ratio if is_auto_weight(loss_weight) else None  # lambda still to measure
@@ -157,9 +168,9 @@ class DELTrainerMixin:
         num_items_in_batch: Optional[Union[torch.Tensor, int]] = None,
     ) -> Union[torch.Tensor, tuple[torch.Tensor, Any]]:
         """Training: R x ``loss(logits, targets, num_tokens=<window tokens>, num_digits=<window
-        digits>)`` with R the number of data-parallel replicas (the processes / ``sp_size``, see
-        the module doc); evaluation: the loss of this batch normalised by its own counts.
-        ``num_items_in_batch`` is ignored."""
+        digits>)`` with R the number of processes (under sequence parallelism the factor of
+        :meth:`_backward_scale`; see the module doc); evaluation: the loss of this batch normalised
+        by its own counts. ``num_items_in_batch`` is ignored."""
         window = self._take_window() if model.training else None
         targets = aligned_targets(inputs)
         outputs, score = self._forward(model, inputs, targets, carried_spans(inputs))
@@ -169,7 +180,7 @@ class DELTrainerMixin:
             counts = self.loss_normalisers(window, targets)
             out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
             self._del_metrics.add(out)
-            loss = out.loss * (self.accelerator.num_processes // self._del_sp)
+            loss = out.loss * self._del_loss_scale
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: Optional[float] = None) -> None:
@@ -177,10 +188,10 @@ class DELTrainerMixin:
         steps since the last log added to the training logs (those that carry ``loss``)."""
         for key in ("loss", "train_loss"):
             if key in logs:
-                # The Trainer averages the returned losses over all processes; under sequence
-                # parallelism they are shards of R = processes / sp_size replicas' losses, whose
-                # sum over the processes is R x the global batch's loss.
-                logs[key] *= self._del_sp
+                # The Trainer averages the returned losses over the processes, whose sum is R x the
+                # global batch's loss (R = the backward scale): R = processes except under sequence
+                # parallelism with ZeRO-1/2, see _backward_scale.
+                logs[key] *= self.accelerator.num_processes / self._del_loss_scale
         if "loss" in logs:
             gather = self.accelerator.gather if self.args.world_size > 1 else None
             logs.update(self._del_metrics.collect(gather, self.args.device))
@@ -280,6 +291,21 @@ class DELTrainerMixin:
             )
         self._del_left -= 1
         return self._del_window
+
+    def _backward_scale(self) -> int:
+        """R, the factor of each micro-batch loss before its backward (the module doc): the number
+        of processes, whose gradients DDP / ZeRO / FSDP average; under DeepSpeed sequence
+        parallelism the factor DeepSpeed's averaging needs for its ZeRO stage
+        (:func:`del_core.training.engine.sequence_parallel_loss_scale`)."""
+        processes = self.accelerator.num_processes
+        if self._del_sp == 1:
+            return processes
+        from del_core.training.engine import sequence_parallel_loss_scale
+
+        try:
+            return sequence_parallel_loss_scale(self.args.hf_deepspeed_config.config, processes, self._del_sp)
+        except ValueError as error:
+            raise UnsupportedSetupError(f"the del_core loss cannot train with: {error}") from error
 
     def _whole_sequence_spans(self, collate: Callable) -> WholeSequenceSpans:
         """The data collator under sequence parallelism (:mod:`.sequence_parallel`): batches padded

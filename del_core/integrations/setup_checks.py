@@ -143,6 +143,12 @@ def head_weight(model: torch.nn.Module) -> torch.Tensor:
     with a bias (the chunked path scores ``hidden @ weight.T`` only)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
+    if getattr(weight, "placements", None) is not None:  # a DTensor: FSDP2 holds only this rank's shard
+        raise UnsupportedSetupError(
+            "loss_path='chunked': the LM-head weight is sharded where the loss reads it (FSDP wraps the head in a "
+            "unit of its own); keep the head in FSDP's root unit (transformer_layer_cls_to_wrap) or use "
+            "loss_path='logits'"
+        )
     if weight is None or weight.dim() != 2:
         raise UnsupportedSetupError(f"loss_path='chunked': {type(model).__name__} has no [V, H] LM-head weight")
     if getattr(head, "bias", None) is not None:

@@ -151,3 +151,25 @@ def grad_norm(engine: Any) -> Union[torch.Tensor, float, None]:
 
 def zero_stage(engine: Any) -> int:
     return engine.zero_optimization_stage()
+
+
+def sequence_parallel_loss_scale(ds_config: dict, processes: int, sp: int) -> int:
+    """The factor each rank's loss is multiplied by before its backward under Ulysses sequence
+    parallelism (``sp`` ranks per sequence, ``processes`` in all) when that loss is the rank's
+    shard's share of the global batch loss (a sum over the shard divided by the global counts),
+    so that the gradient DeepSpeed averages is the gradient of the global batch loss.
+
+    DeepSpeed 0.19.8 sums the gradients over all processes and divides by the data-parallel size
+    processes / sp under ZeRO-1/2 (stage_1_and_2.py), but by all processes under ZeRO-3's
+    reduce-scatter (stage3.py ``__avg_scatter_grads``, the default ``reduce_scatter=true``); with
+    ``reduce_scatter=false`` ZeRO-3 picks between the two per gradient bucket, so that layout is
+    refused (ValueError naming the key)."""
+    zero = ds_config.get("zero_optimization", {})
+    if sp == 1 or int(zero.get("stage", 0)) < 3:
+        return processes // sp
+    if not zero.get("reduce_scatter", True):
+        raise ValueError(
+            "zero_optimization.reduce_scatter=false with ZeRO-3 and sequence parallelism: DeepSpeed then averages "
+            "some gradient buckets over the data-parallel ranks and others over all ranks; leave reduce_scatter on"
+        )
+    return processes

@@ -169,7 +169,9 @@ def sequence_parallelism(sp: int):
     handler = DeepSpeedSequenceParallelConfig(
         sp_seq_length_is_variable=False, sp_seq_length=SP_LENGTH, sp_attn_implementation="sdpa"
     )
-    return ParallelismConfig(sp_size=sp, sp_backend="deepspeed", sp_handler=handler)
+    # the data-parallel replicas (ZeRO shards over them): the processes that sp does not take
+    replicas = int(os.environ.get("WORLD_SIZE", "1")) // sp
+    return ParallelismConfig(sp_size=sp, sp_backend="deepspeed", sp_handler=handler, dp_shard_size=replicas)
 
 
 def join_deepspeed_process_group(args) -> None:

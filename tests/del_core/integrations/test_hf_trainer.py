@@ -279,39 +279,63 @@ def numbers_across_the_cut(spec: dict, tokenizer, micro: int, sp: int) -> int:
     )
 
 
+def sequence_parallel_gaps(spec: dict, references: dict, runs: list[dict]) -> dict:
+    """Max abs gaps of each run to its 1-process reference: losses, gradient norms and weights."""
+    gaps = {}
+    for run in runs:
+        reference = "1x4-sft" if run.get("trainer") else "1x4-chunked" if run.get("loss_path") else "1x4"
+        (logs, weights), (reference_logs, reference_w) = result(spec, run["name"]), references[reference]
+        gaps[run["name"]] = {
+            "loss": loss_gap(logs, reference_logs),
+            "grad_norm": loss_gap(logs, reference_logs, "grad_norm"),
+            "weights": weight_gap(weights, reference_w),
+        }
+    print("\nsequence parallel vs 1x4 (max abs):", json.dumps(gaps))
+    return gaps
+
+
+# The gradient norms (about 2.2) agree to fp32 round-off; DeepSpeed's gradient averaging under SP
+# differs per ZeRO stage (del_core.training.engine.sequence_parallel_loss_scale): a wrong factor
+# would show here as a norm off by sp, which Adam and clipping would hide in the weights.
+NORM_TOL = 1e-4
+
+
 @pytest.mark.launches
 def test_sequence_parallel_two_processes_match_one_process(spec, tokenizer, one_process):
-    """sp_size=2 (2 processes, DeepSpeed Ulysses, 1 data-parallel replica x accumulation 4) under
-    ZeRO-2, and under ZeRO-3 on the chunked path: each rank runs one half of every sequence, the
-    number spans computed on the whole sequences travel with the shards. The same losses as 1x4 on
-    the same path to 1e-5 and weights to 1e-5 (1e-4 chunked, see above), with numbers straddling
-    the cut; spans computed on each shard instead (the defect) change the losses. DELSFTTrainer
-    (TRL, prompt-completion rows) under sp=2 equals its own 1x4 run."""
+    """sp_size=2 (2 processes, DeepSpeed Ulysses ZeRO-2, 1 data-parallel replica x accumulation 4):
+    each rank runs one half of every sequence, the number spans computed on the whole sequences
+    travel with the shards. The same losses as 1x4 to 1e-5, gradient norms to 1e-4 and weights to
+    1e-5, with numbers straddling the cut; spans computed on each shard instead (the defect)
+    change the losses. DELSFTTrainer (TRL, prompt-completion rows) under sp=2 equals its own 1x4."""
     pytest.importorskip("trl")
     assert numbers_across_the_cut(spec, tokenizer, 2, 2) >= 3
-    sp = {"sp": 2}
     runs = [
-        layout("sp2-zero2", 2, 4, deepspeed=zero_config(2), **sp),
-        layout("sp2-zero3-chunked", 2, 4, deepspeed=zero_config(3), loss_path="chunked", **sp),
-        layout("sp2-per-shard-spans", 2, 4, deepspeed=zero_config(2), variant="per_shard_spans", **sp),
-        layout("sp2-sft", 2, 4, deepspeed=zero_config(2), trainer="sft", **sp),
+        layout("sp2-zero2", 2, 4, deepspeed=zero_config(2), sp=2),
+        layout("sp2-per-shard-spans", 2, 4, deepspeed=zero_config(2), variant="per_shard_spans", sp=2),
+        layout("sp2-sft", 2, 4, deepspeed=zero_config(2), trainer="sft", sp=2),
     ]
     launch(2, spec, runs)
     sft = layout("1x4-sft", 2, 4, trainer="sft")
     worker.save(worker.train(spec, sft), Path(spec["out"]), sft["name"])
-    references = {**one_process, "1x4-sft": result(spec, sft["name"])}
-    gaps = {}
-    for run in runs:
-        reference = "1x4-sft" if run.get("trainer") else "1x4-chunked" if run.get("loss_path") else "1x4"
-        reference_logs, reference_w = references[reference]
-        logs, weights = result(spec, run["name"])
-        gaps[run["name"]] = {"loss": loss_gap(logs, reference_logs), "weights": weight_gap(weights, reference_w)}
-    print("\nsp=2 vs 1x4 (max abs):", json.dumps(gaps))
-    assert engines(spec, "sp2-zero3-chunked") == {"fsdp": False, "deepspeed": True, "sp": 2}
-    assert gaps["sp2-zero2"]["loss"] <= TOL and gaps["sp2-zero2"]["weights"] <= TOL, gaps
-    assert gaps["sp2-zero3-chunked"]["loss"] <= TOL and gaps["sp2-zero3-chunked"]["weights"] <= 1e-4, gaps
-    assert gaps["sp2-sft"]["loss"] <= TOL and gaps["sp2-sft"]["weights"] <= TOL, gaps
+    gaps = sequence_parallel_gaps(spec, {**one_process, "1x4-sft": result(spec, sft["name"])}, runs)
+    assert engines(spec, "sp2-zero2") == {"fsdp": False, "deepspeed": True, "sp": 2}
+    for name in ("sp2-zero2", "sp2-sft"):
+        assert gaps[name]["loss"] <= TOL and gaps[name]["grad_norm"] <= NORM_TOL, gaps
+        assert gaps[name]["weights"] <= TOL, gaps
     assert gaps["sp2-per-shard-spans"]["loss"] > 100 * TOL, gaps
+
+
+@pytest.mark.launches
+def test_sequence_and_data_parallel_four_processes_match_one_process(spec, one_process):
+    """sp_size=2 x 2 data-parallel replicas x accumulation 2 (4 processes) under ZeRO-3 on the
+    chunked path: the partitioned LM-head weight gathered for the loss of each shard, the counts
+    summed over the sequence-parallel group and the replicas. The same losses as 1x4 chunked to
+    1e-5, gradient norms to 1e-4, weights to 1e-4 (chunked, see the ZeRO test)."""
+    runs = [layout("sp2-dp2-zero3-chunked", 2, 2, deepspeed=zero_config(3), loss_path="chunked", sp=2)]
+    launch(4, spec, runs)
+    gaps = sequence_parallel_gaps(spec, one_process, runs)["sp2-dp2-zero3-chunked"]
+    assert engines(spec, "sp2-dp2-zero3-chunked") == {"fsdp": False, "deepspeed": True, "sp": 2}
+    assert gaps["loss"] <= TOL and gaps["grad_norm"] <= NORM_TOL and gaps["weights"] <= 1e-4, gaps
 
 
 # --- (4) refusals -------------------------------------------------------------------------------
