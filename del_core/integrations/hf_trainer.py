@@ -35,11 +35,11 @@ The model runs without labels, so its forward computes no loss of its own; the T
 the loss takes the model's full logits [B, T, V]. With ``loss_path="chunked"`` the forward keeps the
 logits of the last position only (``logits_to_keep=1``) and the loss takes the last hidden states
 and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidden``): the fp32
-[B, T, V] logits are never held (DDP, ZeRO-2, FSDP with the head in its root unit, and ZeRO-3,
-where the loss runs as a module of the model so that ZeRO-3 gathers the head weight for it:
-:mod:`del_core.integrations.zero3_head`). Both paths are the training recipe's ``loss.path``
-values (:func:`del_core.losses.loss_on_path`). Evaluation (``model.eval()``) normalises each
-batch by its own counts.
+[B, T, V] logits are never held (DDP, ZeRO-2, FSDP with the head in its root unit, as
+``transformer_layer_cls_to_wrap`` leaves it, and ZeRO-3, where the loss runs as a module of the
+model so that ZeRO-3 gathers the head weight for it: :mod:`del_core.integrations.zero3_head`).
+Both paths are the training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`).
+Evaluation (``model.eval()``) normalises each batch by its own counts.
 
 ``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does (:mod:`del_core.losses.auto_weight`):
 before the first optimizer step, the CE and the weight-1 digit term of that step's global batch
@@ -80,7 +80,7 @@ from del_core.integrations.setup_checks import (
     raise_problems,
     sequence_parallel_problems,
 )
-from del_core.integrations.zero3_head import ChunkedLossHost, attach_chunked_loss_host, loss_output
+from del_core.integrations.zero3_head import HOST_NAME, ChunkedLossHost, attach_chunked_loss_host, loss_output
 from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path, loss_path_name
 from del_core.spans import NumberSpans
 from del_core.vocab import DigitVocab
@@ -106,8 +106,9 @@ class DELTrainerMixin:
     sequence parallelism, encoder-decoder models, and (at the first step) a forward that returns
     no logits or not one per position.
 
-    Parallel layouts: DDP, DeepSpeed ZeRO-2/3 and FSDP (both loss paths), and DeepSpeed Ulysses
-    sequence parallelism (``ParallelismConfig(sp_size=N, sp_backend="deepspeed")``, the module
+    Parallel layouts: DDP, DeepSpeed ZeRO-2/3, FSDP (which accelerate runs on GPUs only; its test
+    needs 2 of them), and DeepSpeed Ulysses sequence parallelism
+    (``ParallelismConfig(sp_size=N, sp_backend="deepspeed")``,
     :mod:`del_core.integrations.sequence_parallel`).
     """
 
@@ -240,6 +241,11 @@ class DELTrainerMixin:
             source = model_hidden_states(outputs, targets, name)
         calls = LossCalls.of(self._loss_on(source.device))
         if path == "chunked" and self._del_host is not None:
+            if getattr(unwrapped, HOST_NAME, None) is not self._del_host:
+                raise UnsupportedSetupError(
+                    "loss_path='chunked' under ZeRO-3: the model in training is not the one DELTrainer attached its "
+                    "loss module to (a model_init?); pass the model itself"
+                )
             host = functools.partial(
                 self._del_host, source, targets, spans=spans, calls=calls, chunk_size=self.del_chunk_size
             )

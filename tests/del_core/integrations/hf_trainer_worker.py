@@ -4,17 +4,18 @@ for a few steps and writes what the tests compare. One process, or under torch.d
     python hf_trainer_worker.py SPEC.json
 
 SPEC: ``{"model": DIR, "out": DIR, "rows": [{"input_ids": [...], "labels": [...]}, ...],
-"runs": [RUN, ...]}`` with RUN ``{"name", "micro", "accumulation", "steps", "variant",
-"deepspeed", "loss_path", "sp", "fsdp", "trainer"}``. ``variant`` is ``"global"`` (the integration as shipped) or a
-deliberately wrong normalisation: ``"per_micro_batch"`` (each micro-batch's digit term divided by
-its own digit count), ``"rank_local"`` (digits counted over this rank's window only, not
-all-reduced) or ``"per_shard_spans"`` (under sequence parallelism, number spans computed on each
-shard instead of the whole sequence). ``deepspeed`` is a DeepSpeed config dict or null; ``sp``
-(default 1) the DeepSpeed Ulysses sequence-parallel size of an accelerate ``ParallelismConfig``;
-``fsdp`` the TrainingArguments of FSDP; ``trainer="sft"`` trains ``DELSFTTrainer`` (TRL) on the
-spec's ``sft_rows`` (prompt-completion) instead.
-Rank 0 writes ``OUT/NAME.json`` (the Trainer's per-step logs), ``OUT/NAME.pt`` (the final
-weights, gathered under ZeRO-3 and FSDP) and ``OUT/NAME.engine.json`` (the engines that trained).
+"sft_rows": [{"prompt", "completion"}, ...], "runs": [RUN, ...]}`` with RUN ``{"name", "micro",
+"accumulation", "steps", "variant", "deepspeed", "loss_path", "sp", "fsdp", "cuda", "trainer"}``.
+``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong normalisation:
+``"per_micro_batch"`` (each micro-batch's digit term divided by its own digit count),
+``"rank_local"`` (digits counted over this rank's window only, not all-reduced) or
+``"per_shard_spans"`` (under sequence parallelism, number spans computed on each shard instead of
+the whole sequence). ``deepspeed`` is a DeepSpeed config dict or null; ``sp`` (default 1) the
+DeepSpeed Ulysses sequence-parallel size of an accelerate ``ParallelismConfig``; ``fsdp`` the
+TrainingArguments of FSDP; ``cuda`` (default false) trains on the GPUs; ``trainer="sft"`` trains
+``DELSFTTrainer`` (TRL) on the ``sft_rows`` instead. Rank 0 writes ``OUT/NAME.json`` (the
+Trainer's per-step logs), ``OUT/NAME.pt`` (the final weights, gathered under ZeRO-3 and FSDP) and
+``OUT/NAME.engine.json`` (the engines that trained).
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def training_arguments(out: Path, run: dict):
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        use_cpu=True,
+        use_cpu=not run.get("cuda", False),
         seed=0,
         train_sampling_strategy="sequential",
         disable_tqdm=True,
