@@ -1,14 +1,19 @@
 """The parallel layout of a training run and the few collectives the trainer needs.
 
-``ParallelDims`` holds the degrees (world = tensor parallel x data parallel), this process's
-ranks and the process groups. Tensor-parallel groups are ``tp`` consecutive ranks; the ranks of a
-tensor-parallel group train on the same batch, so counts and metrics are summed over the
-data-parallel group only. Every function here is a collective: all ranks must call it.
+``ParallelDims`` holds the degrees (world = tensor parallel x data parallel, or sequence parallel
+x data parallel), this process's ranks and the process groups. Tensor-parallel groups are ``tp``
+consecutive ranks; the ranks of a tensor-parallel group train on the same batch, so counts and
+metrics are summed over the data-parallel group only. Sequence-parallel groups are ``sp``
+consecutive ranks too (DeepSpeed's Ulysses groups); its ranks hold the same batch and each computes
+one contiguous shard of the sequence: the step's counts (taken on the whole batch) are summed over
+the data-parallel group, the per-rank loss sums over the data- and sequence-parallel ranks together
+(:attr:`ParallelDims.shard_sum_group`). Every function here is a collective: all ranks must call it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -24,7 +29,8 @@ class ParallelLayoutError(ValueError):
 
 @dataclass(frozen=True)
 class ParallelDims:
-    """world = tp x dp; ``dp_group``/``tp_group`` None mean the whole world / no tensor parallelism."""
+    """world = tp x dp, or sp x dp (``tp`` and ``sp`` are not combined); ``dp_group``/``tp_group``
+    None mean the whole world / no tensor parallelism; ``sp_group`` None: no sequence parallelism."""
 
     world: int
     rank: int
@@ -34,22 +40,63 @@ class ParallelDims:
     local_rank: int = 0
     dp_group: Optional[Any] = None
     tp_group: Optional[Any] = None
+    sp: int = 1
+    sp_rank: int = 0  # this rank's shard of the sequence: positions [sp_rank * T / sp, (sp_rank + 1) * T / sp)
+    sp_group: Optional[Any] = None
 
     @classmethod
-    def from_world(cls, tp: int) -> ParallelDims:
+    def from_world(cls, tp: int, sp: int = 1) -> ParallelDims:
         """The layout of the initialised default process group with tensor-parallel size ``tp``
-        (the groups are filled in once DeepSpeed has made them, :meth:`with_groups`)."""
+        (the groups are filled in once DeepSpeed has made them, :meth:`with_groups`) or
+        sequence-parallel size ``sp``: rank r holds shard ``r % sp`` of data-parallel rank
+        ``r // sp``'s batch; the data-parallel groups (one per shard index) are made here, the
+        sequence-parallel group comes from DeepSpeed (:meth:`with_sequence_group`)."""
         world, rank = dist.get_world_size(), dist.get_rank()
+        local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        if tp > 1 and sp > 1:
+            raise ParallelLayoutError(f"parallel.sp={sp} with parallel.tp={tp}: choose one of them")
         if world % tp:
             raise ParallelLayoutError(f"parallel.tp={tp} does not divide the world of {world} processes")
-        return cls(world, rank, tp, world // tp, rank, int(os.environ.get("LOCAL_RANK", 0)))
+        if world % sp:
+            raise ParallelLayoutError(f"parallel.sp={sp} does not divide the world of {world} processes")
+        if sp == 1:
+            return cls(world, rank, tp, world // tp, rank, local_rank)
+        dp_group = _data_parallel_group_over_shards(world, rank, sp)
+        return cls(world, rank, 1, world // sp, rank // sp, local_rank, dp_group, None, sp, rank % sp)
 
     def with_groups(self, dp_group: Any, tp_group: Any, dp_rank: int) -> ParallelDims:
-        return ParallelDims(self.world, self.rank, self.tp, self.dp, dp_rank, self.local_rank, dp_group, tp_group)
+        return dataclasses.replace(self, dp_group=dp_group, tp_group=tp_group, dp_rank=dp_rank)
+
+    def with_sequence_group(self, sp_group: Any) -> ParallelDims:
+        """This layout with its sequence-parallel group (DeepSpeed's Ulysses group: ``sp``
+        consecutive ranks)."""
+        ranks = dist.get_process_group_ranks(sp_group)
+        first = self.rank - self.sp_rank
+        if ranks != list(range(first, first + self.sp)):
+            raise ParallelLayoutError(f"the sequence-parallel group of rank {self.rank} holds ranks {ranks}")
+        return dataclasses.replace(self, sp_group=sp_group)
+
+    @property
+    def shard_sum_group(self) -> Optional[Any]:
+        """The ranks whose per-rank sums of the loss add up to the step's: the data-parallel
+        group, and under sequence parallelism every shard of it (the world, as tp = 1 there)."""
+        return None if self.sp > 1 else self.dp_group
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def _data_parallel_group_over_shards(world: int, rank: int, sp: int) -> Any:
+    """This rank's data-parallel group under sequence parallelism: the ranks holding the same shard
+    index (r % sp) of different batches. Every rank makes every group (a collective)."""
+    mine = None
+    for shard in range(sp):
+        ranks = list(range(shard, world, sp))
+        group = dist.new_group(ranks)
+        if rank in ranks:
+            mine = group
+    return mine
 
 
 def check_head_counts(model_config: Any, tp: int) -> None:
@@ -60,6 +107,20 @@ def check_head_counts(model_config: Any, tp: int) -> None:
     for count, what in ((heads, "attention"), (kv_heads, "key-value")):
         if count is not None and count % tp:
             raise ParallelLayoutError(f"parallel.tp={tp} must divide the model's {count} {what} heads")
+
+
+def check_sequence_head_counts(model_config: Any, sp: int) -> None:
+    """Ulysses gives each rank of a sequence-parallel group 1/sp of the heads: ``sp`` must divide
+    the query head count, and divide or be a multiple of the key-value head count (replicated)."""
+    text = getattr(model_config, "text_config", None) or model_config
+    heads = getattr(text, "num_attention_heads", None)
+    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    if heads is not None and heads % sp:
+        raise ParallelLayoutError(f"parallel.sp={sp} must divide the model's {heads} attention heads")
+    if kv_heads is not None and kv_heads % sp and sp % kv_heads:
+        raise ParallelLayoutError(
+            f"parallel.sp={sp} must divide the model's {kv_heads} key-value heads or be a multiple of them"
+        )
 
 
 def sum_named(values: Mapping[str, torch.Tensor | float], device: torch.device, group: Any = None) -> dict[str, float]:

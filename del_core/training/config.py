@@ -147,13 +147,21 @@ class OptimizerConfig:
 @dataclass
 class ParallelConfig:
     tp: int = 1  # tensor-parallel group size (DeepSpeed AutoTP, vocab-parallel LM head); data parallel = world / tp
+    # sequence-parallel group size (DeepSpeed Ulysses): each rank of a group computes 1/sp of every
+    # sequence; data parallel = world / sp. Not with tp > 1.
+    sp: int = 1
     zero_stage: int = 3
     offload: bool = False  # ZeRO-3 with optimizer and parameters in CPU memory (ds_configs/zero3_offload.json)
     ds_config: Optional[str] = None  # explicit DeepSpeed JSON; overrides zero_stage/offload
 
     def __post_init__(self) -> None:
         _check_choice("parallel", "zero_stage", self.zero_stage, (2, 3))
-        _check_at_least("parallel", {"tp": self.tp}, 1)
+        _check_at_least("parallel", {"tp": self.tp, "sp": self.sp}, 1)
+        if self.sp > 1 and self.tp > 1:
+            raise ConfigError(
+                f"parallel.sp={self.sp} with parallel.tp={self.tp} is not supported: choose sequence parallelism "
+                "(parallel.sp) or tensor parallelism (parallel.tp)"
+            )
         if self.offload and self.zero_stage != 3:
             raise ConfigError("parallel.offload needs parallel.zero_stage=3")
         if self.ds_config is not None and not Path(self.ds_config).is_file():
@@ -267,6 +275,23 @@ class TrainConfig:
             # AutoTP shards the base linear layers after PEFT wrapped them; it does not know the
             # adapters' layers, so the adapters would not be sharded consistently with their base.
             raise ConfigError("lora.enabled=true with parallel.tp > 1 is not supported; use parallel.tp=1 (ZeRO-2/3)")
+        self._check_sequence_parallel()
+
+    def _check_sequence_parallel(self) -> None:
+        sp = self.parallel.sp
+        if sp == 1:
+            return
+        if self.model.attn_implementation == "eager":
+            # Ulysses gathers whole sequences per head and drops the model's attention mask: eager
+            # attention needs that [T, T] mask.
+            raise ConfigError(
+                f"parallel.sp={sp} needs model.attn_implementation sdpa, flash_attention_2 or auto, not eager"
+            )
+        if self.data.max_length < sp:
+            raise ConfigError(
+                f"data.max_length={self.data.max_length} is shorter than parallel.sp={sp}: every rank of a "
+                "sequence-parallel group computes at least one position"
+            )
 
 
 _SECTION_KEYS = {

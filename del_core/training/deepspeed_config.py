@@ -83,7 +83,7 @@ def _set_optimizer(ds: dict, config: TrainConfig, use_ds_optimizer: bool) -> Non
 
 
 def build_ds_config(config: TrainConfig, data_parallel: int, bf16: bool, use_ds_optimizer: bool) -> dict:
-    """The filled DeepSpeed config dict for ``data_parallel`` ranks (world size / tp)."""
+    """The filled DeepSpeed config dict for ``data_parallel`` ranks (world size / tp, or / sp)."""
     path = config_path(config)
     ds = copy.deepcopy(_read(path))
     explicit = bool(config.parallel.ds_config)
@@ -104,6 +104,10 @@ def build_ds_config(config: TrainConfig, data_parallel: int, bf16: bool, use_ds_
         # AutoTP shards the body; the LM head is column (vocab) parallel and returns local logit
         # shards, which the loss reduces with digit-restricted partial sums (del_core.parallel).
         ds["tensor_parallel"] = {"autotp_size": config.parallel.tp, "vocab_parallel_lm_head": True}
+    if config.parallel.sp > 1:
+        # Read by the ZeRO-3 partitioning of from_pretrained (before the Ulysses groups are passed
+        # to deepspeed.initialize): its batch sizes count the world / sp data-parallel ranks.
+        ds["sequence_parallel_size"] = config.parallel.sp
     ds.pop("scheduler", None)  # the recipe's own warm-up + cosine schedule is passed to deepspeed.initialize
     leftover = _find_auto(ds)
     if leftover:

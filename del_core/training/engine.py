@@ -1,5 +1,6 @@
 """Everything of a run that talks to DeepSpeed: the process group, the engine, ZeRO-3 parameter
-gathering, AutoTP's groups and the consolidated export. The only DeepSpeed importer of del_core."""
+gathering, AutoTP's groups, Ulysses sequence parallelism and the consolidated export. The only
+DeepSpeed importer of del_core."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any, Optional, Union
 
 import torch
 
+from del_core.config import ConfigError
 from del_core.losses.statistics import VocabSlice
 from del_core.parallel import DistributedReducer, ParallelDims, free_port
 from del_core.training.config import TrainConfig
@@ -80,10 +82,16 @@ def parameter_groups(objective: torch.nn.Module, weight_decay: float) -> list[di
 
 
 def initialize(
-    objective: CausalLMObjective, config: TrainConfig, ds_config: dict, total_steps: int, use_ds_optimizer: bool
+    objective: CausalLMObjective,
+    config: TrainConfig,
+    ds_config: dict,
+    total_steps: int,
+    use_ds_optimizer: bool,
+    mpu: Any = None,
 ) -> tuple[Any, Any]:
     """(engine, LR scheduler): DeepSpeed's AdamW when ``use_ds_optimizer``, torch AdamW otherwise,
-    and the warm-up cosine schedule of :mod:`del_core.training.schedule`."""
+    and the warm-up cosine schedule of :mod:`del_core.training.schedule`; ``mpu``: the Ulysses
+    groups of :func:`register_sequence_parallel` (None without sequence parallelism)."""
     import deepspeed
 
     opt = config.optimizer
@@ -94,7 +102,12 @@ def initialize(
         return lr_scheduler(built, total_steps, opt.warmup_ratio, opt.min_lr_ratio)
 
     engine, _, _, scheduler = deepspeed.initialize(
-        model=objective, optimizer=optimizer, model_parameters=groups, lr_scheduler=make_scheduler, config=ds_config
+        model=objective,
+        optimizer=optimizer,
+        model_parameters=groups,
+        lr_scheduler=make_scheduler,
+        config=ds_config,
+        mpu=mpu,
     )
     register_tensor_parallel_head_weight(engine, objective)
     return engine, scheduler
@@ -108,6 +121,53 @@ def register_tensor_parallel_head_weight(engine: Any, objective: CausalLMObjecti
     its gradient is reduce-scattered into ZeRO-3's partitioned gradient after the backward."""
     if objective.loss_path == "chunked" and engine.zero_optimization_stage() == 3 and engine.autotp_size() > 1:
         register_lm_head_weight(objective)
+
+
+def register_sequence_parallel(model: Any, attn_implementation: str, sp: int, micro_batch_size: int) -> Any:
+    """DeepSpeed's Ulysses around ``model``'s attention (loaded with ``attn_implementation``): each
+    rank of a group of ``sp`` then runs the model on its shard of the sequence (any length, the
+    same on every rank of the group, ``micro_batch_size`` rows), attention on whole sequences for
+    1/sp of the heads. Returns DeepSpeed's groups object (mpu) for :func:`initialize`.
+
+    Under SDPA the wrapped attention keeps packed examples apart
+    (:func:`del_core.models.sequence_attention.packed_causal_sdpa`); flash-attention does so from
+    the gathered position ids. Evaluation runs the model's unwrapped SDPA
+    (:func:`del_core.models.sequence_attention.evaluation_attention`)."""
+    from deepspeed.runtime.sequence_parallel.ulysses_sp import UlyssesSPAttentionHF
+
+    from del_core.models.sequence_attention import training_attention
+
+    core = training_attention(model, attn_implementation)
+    return UlyssesSPAttentionHF.register_with_transformers(
+        model, core, sp, micro_batch_size, seq_length_is_variable=True, disable_in_eval=False
+    )
+
+
+def gradient_divisor(ds_config: dict, dims: ParallelDims) -> int:
+    """The rank count DeepSpeed divides the summed gradients by: the trainer multiplies each loss
+    by it, so that the update follows the plain sum over ranks and micro-batches.
+
+    Without sequence parallelism: the data-parallel ranks. Under Ulysses DeepSpeed sums over all
+    dp x sp ranks; ZeRO-1/2 divide by dp (``world / sequence_parallel_size``), ZeRO-3's
+    reduce-scatter by the whole dp x sp group, while its other path (``reduce_scatter: false``)
+    divides by dp or by dp x sp bucket by bucket, a mix no loss scale can undo: refused.
+    """
+    if dims.sp == 1:
+        return dims.dp
+    zero = ds_config.get("zero_optimization", {})
+    if zero.get("stage", 0) != 3:
+        return dims.dp
+    if not zero.get("reduce_scatter", True):
+        raise ConfigError(
+            f"parallel.sp={dims.sp} with ZeRO-3 needs zero_optimization.reduce_scatter=true in the DeepSpeed "
+            "config: without it DeepSpeed averages the gradients of different buckets over different rank counts"
+        )
+    return dims.dp * dims.sp
+
+
+def sequence_parallel_dims(dims: ParallelDims, mpu: Any) -> ParallelDims:
+    """``dims`` with the sequence-parallel group DeepSpeed made for Ulysses."""
+    return dims.with_sequence_group(mpu.get_sequence_parallel_group())
 
 
 def tensor_parallel_dims(dims: ParallelDims) -> ParallelDims:
@@ -151,25 +211,3 @@ def grad_norm(engine: Any) -> Union[torch.Tensor, float, None]:
 
 def zero_stage(engine: Any) -> int:
     return engine.zero_optimization_stage()
-
-
-def sequence_parallel_loss_scale(ds_config: dict, processes: int, sp: int) -> int:
-    """The factor each rank's loss is multiplied by before its backward under Ulysses sequence
-    parallelism (``sp`` ranks per sequence, ``processes`` in all) when that loss is the rank's
-    shard's share of the global batch loss (a sum over the shard divided by the global counts),
-    so that the gradient DeepSpeed averages is the gradient of the global batch loss.
-
-    DeepSpeed 0.19.8 sums the gradients over all processes and divides by the data-parallel size
-    processes / sp under ZeRO-1/2 (stage_1_and_2.py), but by all processes under ZeRO-3's
-    reduce-scatter (stage3.py ``__avg_scatter_grads``, the default ``reduce_scatter=true``); with
-    ``reduce_scatter=false`` ZeRO-3 picks between the two per gradient bucket, so that layout is
-    refused (ValueError naming the key)."""
-    zero = ds_config.get("zero_optimization", {})
-    if sp == 1 or int(zero.get("stage", 0)) < 3:
-        return processes // sp
-    if not zero.get("reduce_scatter", True):
-        raise ValueError(
-            "zero_optimization.reduce_scatter=false with ZeRO-3 and sequence parallelism: DeepSpeed then averages "
-            "some gradient buckets over the data-parallel ranks and others over all ranks; leave reduce_scatter on"
-        )
-    return processes

@@ -8,6 +8,10 @@
 Per optimizer step each data-parallel rank runs its accumulation micro-batches; every micro-batch
 loss is divided by the token and digit counts of the whole global batch (summed over micro-batches
 and data-parallel ranks first), so the update does not depend on how the global batch is split.
+Under sequence parallelism (``parallel.sp``, DeepSpeed Ulysses) the ranks of a group share their
+micro-batches and each trains its contiguous shard of the sequences
+(:func:`del_core.data.sequence_shards.shard_batch`): the number spans and the counts come from the
+whole sequences, so a number cut by a shard boundary keeps its place values.
 The loop reads the device once per optimizer step: the step's record and the stop decision come
 from one read after the step (:func:`del_core.training.step_metrics.read_step`); batches move from
 page-locked memory without blocking the host.
@@ -37,6 +41,7 @@ from del_core.config import ConfigError, config_to_dict, config_to_yaml
 from del_core.data.dataset_cache import DataRequest, prepare_cached_training_data
 from del_core.data.jsonl import write_jsonl
 from del_core.data.prompting import PromptFormat
+from del_core.data.sequence_shards import shard_batch
 from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
 from del_core.losses import build_loss_for_model, loss_needs
@@ -56,7 +61,16 @@ from del_core.models import (
     save_hf,
     wrap_with_lora,
 )
-from del_core.parallel import ParallelDims, barrier, check_head_counts, local_main_first, max_over, sum_named
+from del_core.models.sequence_attention import evaluation_attention
+from del_core.parallel import (
+    ParallelDims,
+    barrier,
+    check_head_counts,
+    check_sequence_head_counts,
+    local_main_first,
+    max_over,
+    sum_named,
+)
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
 from del_core.training import checkpoints, run_lock
 from del_core.training import engine as ds
@@ -170,6 +184,7 @@ class Trainer:
         self._model_source = ""
         self._tokenizer_source = ""
         self._partitioning = None  # transformers' HfDeepSpeedConfig, alive while the model is built
+        self._sequence_groups = None  # DeepSpeed's Ulysses groups (mpu) with parallel.sp > 1
         self._resume: Optional[checkpoints.Resumable] = None
         self.overrides = []
         self.lock = None
@@ -197,7 +212,7 @@ class Trainer:
     def _setup_distributed(self) -> None:
         ds.init_distributed(torch.cuda.is_available())
         self.runtime = Runtime.detect(self.config)  # after init: each rank's CUDA device is set
-        self.dims = ParallelDims.from_world(self.config.parallel.tp)
+        self.dims = ParallelDims.from_world(self.config.parallel.tp, self.config.parallel.sp)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if self.dims.is_main:  # before anything is written into OUTPUT_DIR
             self.lock = run_lock.acquire(self.output_dir, self.log)
@@ -205,13 +220,20 @@ class Trainer:
         self.stop = StopRequest(announce=self.dims.is_main)
         self.ds_config = build_ds_config(self.config, self.dims.dp, self.runtime.bf16, self.runtime.use_ds_optimizer)
         zero = self.ds_config["zero_optimization"]
+        self._gradient_divisor = ds.gradient_divisor(self.ds_config, self.dims)
         self.log(
-            f"[run] {self.dims.world} rank(s) on {'GPU' if self.runtime.on_gpu else 'CPU'} = tensor parallel "
-            f"{self.dims.tp} x data parallel {self.dims.dp}, ZeRO-{zero.get('stage')}"
+            f"[run] {self.dims.world} rank(s) on {'GPU' if self.runtime.on_gpu else 'CPU'} = {self._model_parallel()} "
+            f"x data parallel {self.dims.dp}, ZeRO-{zero.get('stage')}"
             f"{' + offload' if 'offload_optimizer' in zero else ''}, {'bf16' if self.runtime.bf16 else 'fp32'}; "
             f"global batch {self.config.run.global_batch_size} = micro {self.config.run.micro_batch_size} x "
             f"accumulation {accumulation_steps(self.config, self.dims.dp)} x {self.dims.dp} data-parallel rank(s)"
         )
+
+    def _model_parallel(self) -> str:
+        """How the ranks of one data-parallel rank share its work, for the [run] line."""
+        if self.dims.sp > 1:
+            return f"sequence parallel {self.dims.sp} (Ulysses: each rank 1/{self.dims.sp} of every sequence)"
+        return f"tensor parallel {self.dims.tp}"
 
     def _setup_tokenizer(self) -> None:
         model = self.config.model
@@ -292,6 +314,8 @@ class Trainer:
             model = self._wrap_with_lora(model)
         if self.dims.tp > 1:
             check_head_counts(model.config, self.dims.tp)
+        if self.dims.sp > 1:
+            self._register_sequence_parallel(model, attn)
         self.output_vocab_size = output_vocab_size(model)
         # weight=auto: a placeholder until the first batch has been measured (_resolve_auto_weight)
         weight = 1.0 if loss_cfg.auto_weight else loss_cfg.weight
@@ -307,6 +331,17 @@ class Trainer:
         self.objective = CausalLMObjective(model, loss_fn, loss_cfg.path, loss_cfg.chunk_size, compilation)
         if self._zero3 and loss_cfg.path == "chunked" and self.dims.tp == 1:
             ds.register_lm_head_weight(self.objective)
+
+    def _register_sequence_parallel(self, model: Any, attn: str) -> None:
+        """DeepSpeed's Ulysses around the model's attention (before the engine is built with its groups)."""
+        check_sequence_head_counts(model.config, self.dims.sp)
+        micro = self.config.run.micro_batch_size
+        self._sequence_groups = ds.register_sequence_parallel(model, attn, self.dims.sp, micro)
+        self.dims = ds.sequence_parallel_dims(self.dims, self._sequence_groups)
+        self.log(
+            f"[sp] Ulysses over {self.dims.sp} ranks: number spans and counts from whole sequences, each rank "
+            f"trains positions [r*T/{self.dims.sp}, (r+1)*T/{self.dims.sp}) (T padded to a multiple of {self.dims.sp})"
+        )
 
     def _wrap_with_lora(self, model: Any) -> Any:
         """The model with LoRA adapters (PEFT) on ``lora.target_modules``, base weights frozen;
@@ -340,7 +375,12 @@ class Trainer:
 
     def _setup_engine(self) -> None:
         self.engine, self.scheduler = ds.initialize(
-            self.objective, self.config, self.ds_config, self.total_steps, self.runtime.use_ds_optimizer
+            self.objective,
+            self.config,
+            self.ds_config,
+            self.total_steps,
+            self.runtime.use_ds_optimizer,
+            mpu=self._sequence_groups,
         )
         if self.dims.tp > 1:
             self._attach_tensor_parallel()
@@ -427,7 +467,8 @@ class Trainer:
 
     # --- training ------------------------------------------------------------------------------
     def _evaluate(self, label: str, generate: bool = True) -> Optional[HeldOutResult]:
-        result = self.heldout.evaluate(self.objective, self.step, label, generate)
+        with evaluation_attention(self.objective.lm, enabled=self.dims.sp > 1):
+            result = self.heldout.evaluate(self.objective, self.step, label, generate)
         if result is not None:
             self.reporter.log(result.record)
         return result
@@ -473,8 +514,14 @@ class Trainer:
         check_target_ids(batches, self.output_vocab_size)
         return batches
 
-    def _forward(self, batch: TokenBatch, counts: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """The objective through the engine on one micro-batch (on the device), with the global counts."""
+    def _forward(
+        self, batch: TokenBatch, counts: tuple[torch.Tensor, torch.Tensor], whole: bool = False
+    ) -> dict[str, torch.Tensor]:
+        """The objective through the engine on one micro-batch (on the device), with the global
+        counts; under sequence parallelism on this rank's shard of it (its spans cut from the
+        whole batch's), unless ``whole`` (evaluation attention, every rank the whole batch)."""
+        if not whole:
+            batch = shard_batch(batch, self.dims.sp_rank, self.dims.sp, self.pad_id)
         return self.engine(
             input_ids=batch.input_ids,
             targets=batch.targets,
@@ -495,10 +542,14 @@ class Trainer:
         loss_fn.weight = 1.0
         totals = {"ce": torch.zeros((), device=self.runtime.device), "aux": torch.zeros((), device=self.runtime.device)}
         self.objective.eval()
+        sequence_parallel = self.dims.sp > 1
         try:
-            with torch.random.fork_rng(devices=self._rng_devices()):
+            with (
+                torch.random.fork_rng(devices=self._rng_devices()),
+                evaluation_attention(self.objective.lm, enabled=sequence_parallel),
+            ):
                 for cpu_batch in batches:
-                    out = self._forward(cpu_batch.to(self.runtime.device), counts)
+                    out = self._forward(cpu_batch.to(self.runtime.device), counts, whole=sequence_parallel)
                     totals = {name: totals[name] + out[name].detach() for name in totals}
         finally:
             self.objective.train(was_training)
@@ -537,8 +588,8 @@ class Trainer:
             batch = cpu_batch.to(self.runtime.device)  # non-blocking from pinned memory on a GPU
             out = self._forward(batch, counts)
             # Each micro-batch loss is already divided by the global counts: the gradient wanted is
-            # the plain sum over micro-batches and data-parallel ranks, which DeepSpeed averages over.
-            self.engine.backward(out["loss"] * self.dims.dp, scale_wrt_gas=False)
+            # the plain sum over micro-batches and ranks, which DeepSpeed averages over.
+            self.engine.backward(out["loss"] * self._gradient_divisor, scale_wrt_gas=False)
             self.engine.step()
             sums.add(out)
         self.step += 1
@@ -549,7 +600,7 @@ class Trainer:
             ds.grad_norm(self.engine),
             self.runtime.peak_memory_gb(),
             self.stop.requested,
-            self.dims.dp_group,
+            self.dims.shard_sum_group,
         )
         self.stop_agreed = readout.stop_requested
         record = train_record(self.step, readout, lr, time.time() - started)

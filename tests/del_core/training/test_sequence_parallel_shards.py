@@ -211,3 +211,31 @@ def test_spans_computed_per_shard_misplace_the_digits_at_the_cut():
     cut = torch.cat([number_spans(shard, VOCAB).place_value for shard in toy_batch().targets.chunk(2, dim=1)], 1)
     differs = cut != spans.place_value
     assert differs.any() and (differs <= spans.is_digit).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["del", "ntl_was", "dist2"])
+def test_the_real_llama3_vocabulary_summed_over_shards_equals_the_whole(name):
+    """Llama-3's tokens of 1..3 digits: a number cut between two of its tokens keeps its places."""
+    from del_core import DigitVocab
+    from helpers.shared import real_tokenizer
+
+    tok = real_tokenizer("llama-bpe")
+    vocab = DigitVocab.from_tokenizer(tok)
+    text = "So 1234567.0625 then 98765432.5 and 3.14159265 or 4444444 x"
+    labels = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+    spans = number_spans(labels, vocab)
+    assert numbers_across_cuts(spans, 4) >= 2 and spans.width.max() == 3
+    logits = 3 * torch.randn(*labels.shape, 128_256, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    options = {"place_weighted": True} if name == "dist2" else {}
+    loss_fn = build_loss_for_model(name, vocab, **options)
+    padded = padded_length(labels.shape[1], 4)
+    labels = torch.nn.functional.pad(labels, (0, padded - labels.shape[1]), value=IGNORE_INDEX)
+    logits = torch.nn.functional.pad(logits, (0, 0, 0, padded - logits.shape[1]))
+    spans = number_spans(labels, vocab)
+    (whole, grad), (summed, grads) = _whole_and_sharded(loss_fn, logits, labels, spans, 4)
+    torch.testing.assert_close(summed, whole, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(grads, grad, rtol=1e-12, atol=1e-14)
+    if name != "ntl_was":  # NTL reads no place: only DEL and place-weighted DIST2 see spans cut per shard
+        (_, _), (broken, _) = _whole_and_sharded(loss_fn, logits, labels, spans, 4, per_shard_spans=True)
+        assert abs(float(broken - whole)) > 1e-4 * abs(float(whole))
