@@ -27,7 +27,7 @@ sp_backend="deepspeed")``) each rank holds a shard of every sequence of its grou
 (:mod:`del_core.integrations.sequence_parallel`): the number spans travel with the shards from the
 whole sequences, the counts of the shards summed over all processes are those of the global batch,
 and R is the factor DeepSpeed's gradient averaging needs under SP for its ZeRO stage
-(:func:`del_core.training.engine.sequence_parallel_loss_scale`); the logged loss is corrected to
+(:func:`del_core.training.engine.gradient_divisor`); the logged loss is corrected to
 the global batch's.
 
 The model runs without labels, so its forward computes no loss of its own; the Trainer's
@@ -299,19 +299,24 @@ class DELTrainerMixin:
         return self._del_window
 
     def _backward_scale(self) -> int:
-        """R, the factor of each micro-batch loss before its backward (the module doc): the number
-        of processes, whose gradients DDP / ZeRO / FSDP average; under DeepSpeed sequence
-        parallelism the factor DeepSpeed's averaging needs for its ZeRO stage
-        (:func:`del_core.training.engine.sequence_parallel_loss_scale`)."""
+        """R, the factor of each micro-batch loss before its backward (the module doc): the count
+        of processes DDP / ZeRO / FSDP divide the summed gradients by; under DeepSpeed sequence
+        parallelism the count DeepSpeed's averaging divides by for its ZeRO stage
+        (:func:`del_core.training.engine.gradient_divisor`)."""
         processes = self.accelerator.num_processes
         if self._del_sp == 1:
             return processes
-        from del_core.training.engine import sequence_parallel_loss_scale
+        from del_core.config import ConfigError
+        from del_core.parallel import ParallelDims
+        from del_core.training.engine import gradient_divisor
 
+        dims = ParallelDims(world=processes, rank=0, tp=1, dp=processes // self._del_sp, dp_rank=0, sp=self._del_sp)
         try:
-            return sequence_parallel_loss_scale(self.args.hf_deepspeed_config.config, processes, self._del_sp)
-        except ValueError as error:
-            raise UnsupportedSetupError(f"the del_core loss cannot train with: {error}") from error
+            return gradient_divisor(self.args.hf_deepspeed_config.config, dims)
+        except ConfigError as error:
+            raise UnsupportedSetupError(
+                f"the del_core loss cannot train with sp_size={self._del_sp}: {error}"
+            ) from error
 
     def _whole_sequence_spans(self, collate: Callable) -> WholeSequenceSpans:
         """The data collator under sequence parallelism (:mod:`.sequence_parallel`): batches padded

@@ -78,17 +78,3 @@ def test_sequence_parallelism_is_accepted_tensor_and_context_parallelism_are_not
     assert "context parallelism of size 2" in parallelism_problems(1, 1, 2, 1)[0]
     assert sequence_parallel_problems(2, auto_weight=False) == sequence_parallel_problems(1, auto_weight=True) == []
     assert "loss_weight='auto' with sequence parallelism (sp_size=2)" in sequence_parallel_problems(2, True)[0]
-
-
-def test_backward_scale_follows_deepspeeds_averaging_per_zero_stage():
-    """DeepSpeed 0.19.8 divides the summed gradients by processes / sp under ZeRO-1/2 and by all
-    processes under ZeRO-3's reduce-scatter (measured: gradient norms of test_hf_trainer.py)."""
-    from del_core.training.engine import sequence_parallel_loss_scale
-
-    zero = {2: {"zero_optimization": {"stage": 2}}, 3: {"zero_optimization": {"stage": 3}}}
-    assert sequence_parallel_loss_scale(zero[2], processes=4, sp=2) == 2
-    assert sequence_parallel_loss_scale(zero[3], processes=4, sp=2) == 4
-    assert sequence_parallel_loss_scale(zero[3], processes=4, sp=1) == 4
-    mixed = {"zero_optimization": {"stage": 3, "reduce_scatter": False}}
-    with pytest.raises(ValueError, match="zero_optimization.reduce_scatter=false"):
-        sequence_parallel_loss_scale(mixed, processes=4, sp=2)
