@@ -133,8 +133,8 @@ class DELTrainerMixin:
         self._refuse_unsupported_setup()
         self._del_host = self._chunked_loss_host()
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
-        raise_problems(sequence_parallel_problems(self.get_sp_size(), is_auto_weight(loss_weight)))
         self._del_sp = self.get_sp_size()
+        raise_problems(sequence_parallel_problems(self._del_sp, is_auto_weight(loss_weight), self.is_deepspeed_enabled))
         self._del_loss_scale = self._backward_scale()
         if self._del_sp > 1:
             self.data_collator = self._whole_sequence_spans(self.data_collator)
@@ -312,7 +312,7 @@ class DELTrainerMixin:
 
         dims = ParallelDims(world=processes, rank=0, tp=1, dp=processes // self._del_sp, dp_rank=0, sp=self._del_sp)
         try:
-            return gradient_divisor(self.args.hf_deepspeed_config.config, dims)
+            return gradient_divisor(self.accelerator.state.deepspeed_plugin.deepspeed_config, dims)
         except ConfigError as error:
             raise UnsupportedSetupError(
                 f"the del_core loss cannot train with sp_size={self._del_sp}: {error}"

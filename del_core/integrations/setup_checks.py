@@ -66,15 +66,21 @@ def parallelism_problems(n_gpu: int, tp_size: int, cp_size: int, sp_size: int) -
     return problems
 
 
-def sequence_parallel_problems(sp_size: int, auto_weight: bool) -> list[str]:
-    """What the adapter cannot do under sequence parallelism: ``loss_weight="auto"`` measures lambda
-    in eval mode, where the Trainer runs without sequence parallelism on the shards it holds."""
-    if sp_size > 1 and auto_weight:
-        return [
+def sequence_parallel_problems(sp_size: int, auto_weight: bool, deepspeed: bool) -> list[str]:
+    """What the adapter cannot do under sequence parallelism: without DeepSpeed (whose Ulysses
+    runs it), and ``loss_weight="auto"``, which measures lambda in eval mode, where the Trainer runs
+    without sequence parallelism on the shards it holds."""
+    if sp_size == 1:
+        return []
+    problems = []
+    if not deepspeed:
+        problems.append(f"sequence parallelism (sp_size={sp_size}) without DeepSpeed: pass a DeepSpeed config")
+    if auto_weight:
+        problems.append(
             f"loss_weight='auto' with sequence parallelism (sp_size={sp_size}): lambda is measured in eval mode, "
             "where sequence parallelism is off; measure it without sp (or with recipes/train.py) and pass the number"
-        ]
-    return []
+        )
+    return problems
 
 
 def model_problems(config: Any) -> list[str]:

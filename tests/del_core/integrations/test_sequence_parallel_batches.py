@@ -76,5 +76,6 @@ def test_sequence_parallelism_is_accepted_tensor_and_context_parallelism_are_not
     assert parallelism_problems(1, 1, 1, 4) == []
     assert "tensor parallelism of size 2" in parallelism_problems(1, 2, 1, 1)[0]
     assert "context parallelism of size 2" in parallelism_problems(1, 1, 2, 1)[0]
-    assert sequence_parallel_problems(2, auto_weight=False) == sequence_parallel_problems(1, auto_weight=True) == []
-    assert "loss_weight='auto' with sequence parallelism (sp_size=2)" in sequence_parallel_problems(2, True)[0]
+    assert sequence_parallel_problems(2, False, True) == sequence_parallel_problems(1, True, False) == []
+    assert "loss_weight='auto' with sequence parallelism (sp_size=2)" in sequence_parallel_problems(2, True, True)[0]
+    assert "(sp_size=4) without DeepSpeed" in sequence_parallel_problems(4, False, False)[0]
