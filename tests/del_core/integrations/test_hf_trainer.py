@@ -5,8 +5,9 @@ The layouts compared train the same 3 global batches of 8 rows (micro-batches of
 counts are 1, 12, 19 and 14 in the first step) with AdamW, lr 1e-3, gradient clipping at 1:
 1 process x accumulation 4 ("1x4"), 1 process x 1 micro-batch of 8 ("1x1", the whole global batch
 in one forward), 2 processes x accumulation 2 ("2x2", DDP over gloo), and 2 x 2 under DeepSpeed
-ZeRO-3 and ZeRO-2 through the Trainer's ``deepspeed=`` argument. Module time: ~1.5-2 min on
-2 busy cores (three subprocess launches of ~25-30 s each).
+ZeRO-3 and ZeRO-2 through the Trainer's ``deepspeed=`` argument (both loss paths), DeepSpeed Ulysses
+sequence parallelism (sp=2 with 2 processes, sp=2 x dp=2 with 4) and, on 2 GPUs only, FSDP.
+Module time: ~5-6 min on 2 cores shared with other jobs (load ~8; five subprocess launches).
 """
 
 from __future__ import annotations
