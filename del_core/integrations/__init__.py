@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from del_core.integrations.counting import WindowCounts, aligned_targets, target_counts
+from del_core.integrations.counting import WindowCounts, aligned_targets, carried_spans, target_counts
 from del_core.integrations.hf_trainer import DELTrainer, DELTrainerMixin
 from del_core.integrations.setup_checks import UnsupportedSetupError
 
@@ -24,6 +24,7 @@ __all__ = [
     "UnsupportedSetupError",
     "WindowCounts",
     "aligned_targets",
+    "carried_spans",
     "target_counts",
 ]
 

@@ -20,11 +20,12 @@ from typing import Any, Optional
 
 import torch
 
-from del_core.spans import IGNORE_INDEX, number_spans
+from del_core.data.sequence_shards import SPAN_COLUMNS, pop_span_columns
+from del_core.spans import IGNORE_INDEX, NumberSpans, number_spans
 from del_core.vocab import DigitVocab
 
-# The batch keys that hold targets; they are not passed to the model's forward.
-TARGET_KEYS = ("labels", "shift_labels")
+# The batch keys that hold targets and their number spans; they are not passed to the model's forward.
+TARGET_KEYS = ("labels", "shift_labels", *SPAN_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,24 @@ def aligned_targets(batch: Mapping[str, Any]) -> torch.Tensor:
     return torch.cat([labels[..., 1:], ignored], dim=-1)
 
 
-def target_counts(targets: torch.Tensor, vocab: Optional[DigitVocab]) -> torch.Tensor:
+def carried_spans(batch: Mapping[str, Any]) -> Optional[NumberSpans]:
+    """The number spans a batch dict carries as span columns (computed on the whole sequences
+    before a sequence-parallel cut, :mod:`del_core.integrations.sequence_parallel`), aligned with
+    :func:`aligned_targets`; None when it carries none. The batch is left as it is."""
+    return pop_span_columns(dict(batch))
+
+
+def target_counts(
+    targets: torch.Tensor, vocab: Optional[DigitVocab], spans: Optional[NumberSpans] = None
+) -> torch.Tensor:
     """[2] int64 on the targets' device: ``[non-ignored targets, number-token targets]``
-    (the second is 0 without a vocabulary). Not read back to the host."""
+    (the second is 0 without a vocabulary). The number tokens are those of ``spans`` when given
+    (the targets' spans computed on the whole sequences), else of ``number_spans(targets)``.
+    Not read back to the host."""
     tokens = (targets != IGNORE_INDEX).sum()
     if vocab is None:
         return torch.stack([tokens, torch.zeros_like(tokens)])
-    digits = number_spans(targets, vocab).is_digit.sum()
+    digits = (spans if spans is not None else number_spans(targets, vocab)).is_digit.sum()
     return torch.stack([tokens, digits.to(tokens.dtype)])
 
 
@@ -74,5 +86,5 @@ def window_target_counts(
     """[2] int64 on ``device``: :func:`target_counts` summed over ``batches`` (this rank only)."""
     total = torch.zeros(2, dtype=torch.long, device=device)
     for batch in batches:
-        total += target_counts(aligned_targets(batch), vocab).to(device)
+        total += target_counts(aligned_targets(batch), vocab, carried_spans(batch)).to(device)
     return total

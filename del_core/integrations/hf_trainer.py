@@ -22,14 +22,24 @@ the step's gradient is the gradient of ``loss(whole global batch)``. The logged 
 over ranks of each rank's summed returns) is the loss of the global batch; ``ce``, ``aux``,
 ``digit_entropy`` and ``digit_acc`` are logged beside it, over the same steps.
 
+Under DeepSpeed Ulysses sequence parallelism (``ParallelismConfig(sp_size=N,
+sp_backend="deepspeed")``) each rank holds a shard of every sequence of its group
+(:mod:`del_core.integrations.sequence_parallel`): the number spans travel with the shards from the
+whole sequences, the counts of the shards summed over all processes are those of the global batch,
+and R is the factor DeepSpeed's gradient averaging needs under SP for its ZeRO stage
+(:func:`del_core.training.engine.gradient_divisor`); the logged loss is corrected to
+the global batch's.
+
 The model runs without labels, so its forward computes no loss of its own; the Trainer's
 ``num_items_in_batch`` is not used (it has no digit count). With ``loss_path="logits"`` (default)
 the loss takes the model's full logits [B, T, V]. With ``loss_path="chunked"`` the forward keeps the
 logits of the last position only (``logits_to_keep=1``) and the loss takes the last hidden states
 and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidden``): the fp32
-[B, T, V] logits are never held (DDP and ZeRO-2; refused under ZeRO-3). Both paths are the
-training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`). Evaluation
-(``model.eval()``) normalises each batch by its own counts.
+[B, T, V] logits are never held (DDP, ZeRO-2, FSDP with the head in its root unit, as
+``transformer_layer_cls_to_wrap`` leaves it, and ZeRO-3, where the loss runs as a module of the
+model so that ZeRO-3 gathers the head weight for it: :mod:`del_core.integrations.zero3_head`).
+Both paths are the training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`).
+Evaluation (``model.eval()``) normalises each batch by its own counts.
 
 ``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does (:mod:`del_core.losses.auto_weight`):
 before the first optimizer step, the CE and the weight-1 digit term of that step's global batch
@@ -48,10 +58,18 @@ import torch
 from transformers import Trainer
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
-from del_core.integrations.counting import TARGET_KEYS, WindowCounts, aligned_targets, window_target_counts
+from del_core.integrations.counting import (
+    TARGET_KEYS,
+    WindowCounts,
+    aligned_targets,
+    carried_spans,
+    window_target_counts,
+)
 from del_core.integrations.logged_metrics import LoggedMetrics
 from del_core.integrations.loss_setup import is_auto_weight, resolve_loss
+from del_core.integrations.sequence_parallel import WholeSequenceSpans
 from del_core.integrations.setup_checks import (
+    UnsupportedSetupError,
     argument_problems,
     head_weight,
     loss_path_problems,
@@ -60,8 +78,11 @@ from del_core.integrations.setup_checks import (
     model_problems,
     parallelism_problems,
     raise_problems,
+    sequence_parallel_problems,
 )
+from del_core.integrations.zero3_head import HOST_NAME, ChunkedLossHost, attach_chunked_loss_host, loss_output
 from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path, loss_path_name
+from del_core.spans import NumberSpans
 from del_core.vocab import DigitVocab
 
 
@@ -76,13 +97,19 @@ class DELTrainerMixin:
       measures lambda on the first step's batch (the module doc), ``auto_ratio`` its ratio;
     * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer;
     * ``loss_path``: ``"logits"`` (default) or ``"chunked"`` (from the last hidden states, chunk by
-      chunk, never holding the [B, T, V] logits; not under ZeRO-3), ``chunk_size`` tokens per chunk
+      chunk, never holding the [B, T, V] logits; under ZeRO-3 too), ``chunk_size`` tokens per chunk
       (256). ``"hidden"`` is read as ``"chunked"`` with a FutureWarning for one release.
 
     Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
     ``compute_loss_func``, ``use_liger_kernel=True``, label smoothing, a TRL ``loss_type`` other
-    than ``"nll"``, ``nn.DataParallel``, tensor/context/sequence parallelism, encoder-decoder
-    models, and (at the first step) a forward that returns no logits or not one per position.
+    than ``"nll"``, ``nn.DataParallel``, tensor and context parallelism, ``loss_weight="auto"`` with
+    sequence parallelism, encoder-decoder models, and (at the first step) a forward that returns
+    no logits or not one per position.
+
+    Parallel layouts: DDP, DeepSpeed ZeRO-2/3, FSDP (which accelerate runs on GPUs only; its test
+    needs 2 of them), and DeepSpeed Ulysses sequence parallelism
+    (``ParallelismConfig(sp_size=N, sp_backend="deepspeed")``,
+    :mod:`del_core.integrations.sequence_parallel`).
     """
 
     loss_is_scaled_for_ga = True
@@ -104,7 +131,13 @@ class DELTrainerMixin:
         super().__init__(*args, **kwargs)
         self.del_loss_path, self.del_chunk_size = _loss_path(loss_path), chunk_size
         self._refuse_unsupported_setup()
+        self._del_host = self._chunked_loss_host()
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
+        self._del_sp = self.get_sp_size()
+        raise_problems(sequence_parallel_problems(self._del_sp, is_auto_weight(loss_weight), self.is_deepspeed_enabled))
+        self._del_loss_scale = self._backward_scale()
+        if self._del_sp > 1:
+            self.data_collator = self._whole_sequence_spans(self.data_collator)
         self._del_auto_ratio = auto_ratio if is_auto_weight(loss_weight) else None  # lambda still to measure
         self._del_window: Optional[WindowCounts] = None
         self._del_left = 0  # micro-batches of the window not yet run
@@ -136,23 +169,30 @@ class DELTrainerMixin:
         num_items_in_batch: Optional[Union[torch.Tensor, int]] = None,
     ) -> Union[torch.Tensor, tuple[torch.Tensor, Any]]:
         """Training: R x ``loss(logits, targets, num_tokens=<window tokens>, num_digits=<window
-        digits>)`` with R the number of processes (see the module doc); evaluation: the loss of
-        this batch normalised by its own counts. ``num_items_in_batch`` is ignored."""
+        digits>)`` with R the number of processes (under sequence parallelism the factor of
+        :meth:`_backward_scale`; see the module doc); evaluation: the loss of this batch normalised
+        by its own counts. ``num_items_in_batch`` is ignored."""
         window = self._take_window() if model.training else None
         targets = aligned_targets(inputs)
-        outputs, score = self._forward(model, inputs, targets)
+        outputs, score = self._forward(model, inputs, targets, carried_spans(inputs))
         if window is None:
             loss = score().loss
         else:
             counts = self.loss_normalisers(window, targets)
             out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
             self._del_metrics.add(out)
-            loss = out.loss * self.accelerator.num_processes
+            loss = out.loss * self._del_loss_scale
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: Optional[float] = None) -> None:
         """The Trainer's log, with ``ce``, ``aux``, ``digit_entropy`` and ``digit_acc`` of the
         steps since the last log added to the training logs (those that carry ``loss``)."""
+        for key in ("loss", "train_loss"):
+            if key in logs:
+                # The Trainer averages the returned losses over the processes, whose sum is R x the
+                # global batch's loss (R = the backward scale): R = processes except under sequence
+                # parallelism with ZeRO-1/2, see _backward_scale.
+                logs[key] *= self.accelerator.num_processes / self._del_loss_scale
         if "loss" in logs:
             gather = self.accelerator.gather if self.args.world_size > 1 else None
             logs.update(self._del_metrics.collect(gather, self.args.device))
@@ -175,11 +215,22 @@ class DELTrainerMixin:
         problems = argument_problems(self.args, self.compute_loss_func)
         problems += parallelism_problems(self.args.n_gpu, self.get_tp_size(), self.get_cp_size(), self.get_sp_size())
         problems += model_problems(getattr(self.model, "config", None))
-        problems += loss_path_problems(self.del_loss_path, self.del_chunk_size, is_deepspeed_zero3_enabled())
+        problems += loss_path_problems(self.del_loss_path, self.del_chunk_size)
         raise_problems(problems)
 
-    def _forward(self, model: torch.nn.Module, inputs: Mapping[str, Any], targets: torch.Tensor):
-        """(the model's outputs, the loss of this batch as a call taking the normalisers)."""
+    def _chunked_loss_host(self) -> Optional[ChunkedLossHost]:
+        """Under ZeRO-3 the chunked loss runs as a module of the model (:mod:`.zero3_head`), so that
+        ZeRO-3 gathers the LM-head weight for it; attached before ``train()`` hands the model to
+        DeepSpeed. None on the logits path and without ZeRO-3."""
+        if self.del_loss_path != "chunked" or not is_deepspeed_zero3_enabled():
+            return None
+        return attach_chunked_loss_host(self.model)
+
+    def _forward(
+        self, model: torch.nn.Module, inputs: Mapping[str, Any], targets: torch.Tensor, spans: Optional[NumberSpans]
+    ):
+        """(the model's outputs, the loss of this batch as a call taking the normalisers); ``spans``:
+        the targets' number spans computed on the whole sequences, or None (computed here)."""
         unwrapped = self.accelerator.unwrap_model(model)
         name, path = type(unwrapped).__name__, self.del_loss_path
         if path == "logits":
@@ -187,10 +238,29 @@ class DELTrainerMixin:
             source, weight = model_logits(outputs, targets, name), None
         else:
             outputs = model(**self._forward_inputs(inputs), output_hidden_states=True, logits_to_keep=1)
-            source, weight = model_hidden_states(outputs, targets, name), head_weight(unwrapped)
+            source = model_hidden_states(outputs, targets, name)
         calls = LossCalls.of(self._loss_on(source.device))
+        if path == "chunked" and self._del_host is not None:
+            if getattr(unwrapped, HOST_NAME, None) is not self._del_host:
+                raise UnsupportedSetupError(
+                    "loss_path='chunked' under ZeRO-3: the model in training is not the one DELTrainer attached its "
+                    "loss module to (a model_init?); pass the model itself"
+                )
+            host = functools.partial(
+                self._del_host, source, targets, spans=spans, calls=calls, chunk_size=self.del_chunk_size
+            )
+            return outputs, lambda **counts: loss_output(host(**counts))
+        if path == "chunked":
+            weight = head_weight(unwrapped)
         score = functools.partial(
-            loss_on_path, path, calls, source, targets, head_weight=weight, chunk_size=self.del_chunk_size
+            loss_on_path,
+            path,
+            calls,
+            source,
+            targets,
+            head_weight=weight,
+            chunk_size=self.del_chunk_size,
+            spans=spans,
         )
         return outputs, score
 
@@ -209,7 +279,7 @@ class DELTrainerMixin:
                     inputs = self._prepare_inputs(inputs)
                     targets = aligned_targets(inputs)
                     counts = self.loss_normalisers(window, targets)
-                    score = self._forward(model, inputs, targets)[1]
+                    score = self._forward(model, inputs, targets, carried_spans(inputs))[1]
                     out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
                     totals += torch.stack([out.ce, out.aux]).to(totals)
         finally:
@@ -227,6 +297,38 @@ class DELTrainerMixin:
             )
         self._del_left -= 1
         return self._del_window
+
+    def _backward_scale(self) -> int:
+        """R, the factor of each micro-batch loss before its backward (the module doc): the count
+        of processes DDP / ZeRO / FSDP divide the summed gradients by; under DeepSpeed sequence
+        parallelism the count DeepSpeed's averaging divides by for its ZeRO stage
+        (:func:`del_core.training.engine.gradient_divisor`)."""
+        processes = self.accelerator.num_processes
+        if self._del_sp == 1:
+            return processes
+        from del_core.config import ConfigError
+        from del_core.parallel import ParallelDims
+        from del_core.training.engine import gradient_divisor
+
+        dims = ParallelDims(world=processes, rank=0, tp=1, dp=processes // self._del_sp, dp_rank=0, sp=self._del_sp)
+        try:
+            return gradient_divisor(self.accelerator.state.deepspeed_plugin.deepspeed_config, dims)
+        except ConfigError as error:
+            raise UnsupportedSetupError(
+                f"the del_core loss cannot train with sp_size={self._del_sp}: {error}"
+            ) from error
+
+    def _whole_sequence_spans(self, collate: Callable) -> WholeSequenceSpans:
+        """The data collator under sequence parallelism (:mod:`.sequence_parallel`): batches padded
+        to a multiple of ``sp_size`` (to the handler's ``sp_seq_length`` when the length is fixed),
+        with position ids and the number spans of the whole sequences."""
+        tokenizer = self.processing_class
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        if pad_id is None:
+            pad_id = getattr(tokenizer, "eos_token_id", None) or 0
+        handler = self.accelerator.parallelism_config.sp_handler
+        fixed = None if handler.sp_seq_length_is_variable else handler.sp_seq_length
+        return WholeSequenceSpans(collate, self.del_loss.vocab, self._del_sp, pad_id, fixed)
 
     def _forward_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         forward = {key: value for key, value in inputs.items() if key not in TARGET_KEYS}

@@ -47,19 +47,39 @@ def argument_problems(args: Any, compute_loss_func: Optional[Callable]) -> list[
 
 
 def parallelism_problems(n_gpu: int, tp_size: int, cp_size: int, sp_size: int) -> list[str]:
-    """Layouts whose ranks do not each hold whole, distinct sequences: the window counts (summed
-    over all processes) would not be the counts of the global batch."""
+    """Layouts the window counts (summed over all processes) would not follow: every rank must
+    hold whole, distinct sequences, or (``sp_size`` > 1, DeepSpeed Ulysses) shards of them cut by
+    DeepSpeed's dataloader adapter after the spans were computed on the whole sequences
+    (:mod:`del_core.integrations.sequence_parallel`)."""
     problems = []
     if n_gpu > 1:
         problems.append(
             f"n_gpu={n_gpu} (nn.DataParallel in one process): launch one process per device with torchrun or "
             "accelerate launch, or make one device visible"
         )
-    for name, size in (("tensor", tp_size), ("context", cp_size), ("sequence", sp_size)):
+    for name, size in (("tensor", tp_size), ("context", cp_size)):
         if size > 1:
             problems.append(
-                f"{name} parallelism of size {size}: only data parallelism (DDP, DeepSpeed ZeRO) is supported"
+                f"{name} parallelism of size {size}: only data parallelism (DDP, DeepSpeed ZeRO, FSDP) and "
+                "DeepSpeed sequence parallelism (ParallelismConfig(sp_size=N, sp_backend='deepspeed')) are supported"
             )
+    return problems
+
+
+def sequence_parallel_problems(sp_size: int, auto_weight: bool, deepspeed: bool) -> list[str]:
+    """What the adapter cannot do under sequence parallelism: without DeepSpeed (whose Ulysses
+    runs it), and ``loss_weight="auto"``, which measures lambda in eval mode, where the Trainer runs
+    without sequence parallelism on the shards it holds."""
+    if sp_size == 1:
+        return []
+    problems = []
+    if not deepspeed:
+        problems.append(f"sequence parallelism (sp_size={sp_size}) without DeepSpeed: pass a DeepSpeed config")
+    if auto_weight:
+        problems.append(
+            f"loss_weight='auto' with sequence parallelism (sp_size={sp_size}): lambda is measured in eval mode, "
+            "where sequence parallelism is off; measure it without sp (or with recipes/train.py) and pass the number"
+        )
     return problems
 
 
@@ -70,22 +90,14 @@ def model_problems(config: Any) -> list[str]:
     return []
 
 
-def loss_path_problems(loss_path: str, chunk_size: int, zero3: bool) -> list[str]:
-    """An unknown ``loss_path`` (see :data:`del_core.losses.LOSS_PATHS`), a chunk size below 1, and
-    the chunked path under ZeRO-3 (its LM-head weight is partitioned outside the model's forward, so
-    the loss could not read it)."""
+def loss_path_problems(loss_path: str, chunk_size: int) -> list[str]:
+    """An unknown ``loss_path`` (see :data:`del_core.losses.LOSS_PATHS`) and a chunk size below 1."""
     if loss_path not in LOSS_PATHS:
         return [
             f"loss_path={loss_path!r}: choose 'logits' (the model's logits) or 'chunked' (from the last hidden "
             "states, chunk by chunk)"
         ]
-    problems = [] if chunk_size >= 1 else [f"chunk_size={chunk_size}: must be >= 1"]
-    if loss_path == "chunked" and zero3:
-        problems.append(
-            "loss_path='chunked' under DeepSpeed ZeRO-3: the LM-head weight is partitioned outside the forward; "
-            "use ZeRO-2 (or recipes/train.py loss.path=chunked, which gathers it under ZeRO-3)"
-        )
-    return problems
+    return [] if chunk_size >= 1 else [f"chunk_size={chunk_size}: must be >= 1"]
 
 
 def raise_problems(problems: list[str]) -> None:
@@ -137,6 +149,12 @@ def head_weight(model: torch.nn.Module) -> torch.Tensor:
     with a bias (the chunked path scores ``hidden @ weight.T`` only)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
+    if getattr(weight, "placements", None) is not None:  # a DTensor: FSDP2 holds only this rank's shard
+        raise UnsupportedSetupError(
+            "loss_path='chunked': the LM-head weight is sharded where the loss reads it (FSDP wraps the head in a "
+            "unit of its own); keep the head in FSDP's root unit (transformer_layer_cls_to_wrap) or use "
+            "loss_path='logits'"
+        )
     if weight is None or weight.dim() != 2:
         raise UnsupportedSetupError(f"loss_path='chunked': {type(model).__name__} has no [V, H] LM-head weight")
     if getattr(head, "bias", None) is not None:

@@ -275,8 +275,6 @@ class TrainConfig:
             # AutoTP shards the base linear layers after PEFT wrapped them; it does not know the
             # adapters' layers, so the adapters would not be sharded consistently with their base.
             raise ConfigError("lora.enabled=true with parallel.tp > 1 is not supported; use parallel.tp=1 (ZeRO-2/3)")
-        if self.loss.path == "chunked" and self.parallel.tp > 1 and self.parallel.zero_stage == 3:
-            raise ConfigError("loss.path=chunked with parallel.tp > 1 is supported with parallel.zero_stage=2 only")
         self._check_sequence_parallel()
 
     def _check_sequence_parallel(self) -> None:

@@ -59,9 +59,16 @@ def gathered(params: list[torch.nn.Parameter], enabled: bool) -> Iterator[None]:
 def register_lm_head_weight(objective: CausalLMObjective) -> None:
     """The chunked loss reads the LM-head weight outside the head's own forward: ZeRO-3 must gather
     it around the objective's forward and backward."""
+    register_external_weight(objective, objective.head_weight())
+
+
+def register_external_weight(module: torch.nn.Module, weight: torch.nn.Parameter) -> None:
+    """ZeRO-3 gathers ``weight`` (a parameter of another module) around ``module``'s forward and
+    backward and hands its gradient to the partitioned gradient. ``module`` must be inside the
+    module tree given to ``deepspeed.initialize`` (whose hooks do the gathering) before it runs."""
     import deepspeed
 
-    deepspeed.zero.register_external_parameter(objective, objective.head_weight())
+    deepspeed.zero.register_external_parameter(module, weight)
 
 
 def parameter_groups(objective: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -102,7 +109,18 @@ def initialize(
         config=ds_config,
         mpu=mpu,
     )
+    register_tensor_parallel_head_weight(engine, objective)
     return engine, scheduler
+
+
+def register_tensor_parallel_head_weight(engine: Any, objective: CausalLMObjective) -> None:
+    """Under AutoTP with ZeRO-3 the chunked loss reads the vocab-parallel head's weight, a parameter
+    AutoTP created inside ``deepspeed.initialize`` (the head registered before it is gone) and
+    ZeRO-3 partitions over data parallel: registered as the objective's external parameter, it is
+    gathered (this rank's vocabulary rows, whole) around the objective's forward and backward, and
+    its gradient is reduce-scattered into ZeRO-3's partitioned gradient after the backward."""
+    if objective.loss_path == "chunked" and engine.zero_optimization_stage() == 3 and engine.autotp_size() > 1:
+        register_lm_head_weight(objective)
 
 
 def register_sequence_parallel(model: Any, attn_implementation: str, sp: int, micro_batch_size: int) -> Any:

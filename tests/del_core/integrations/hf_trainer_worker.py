@@ -4,12 +4,18 @@ for a few steps and writes what the tests compare. One process, or under torch.d
     python hf_trainer_worker.py SPEC.json
 
 SPEC: ``{"model": DIR, "out": DIR, "rows": [{"input_ids": [...], "labels": [...]}, ...],
-"runs": [RUN, ...]}`` with RUN ``{"name", "micro", "accumulation", "steps", "variant",
-"deepspeed", "loss_path"}``. ``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong
-normalisation: ``"per_micro_batch"`` (each micro-batch's digit term divided by its own digit count)
-or ``"rank_local"`` (digits counted over this rank's window only, not all-reduced). ``deepspeed``
-is a DeepSpeed config dict or null. Rank 0 writes ``OUT/NAME.json`` (the Trainer's per-step logs)
-and ``OUT/NAME.pt`` (the final weights, gathered under ZeRO-3).
+"sft_rows": [{"prompt", "completion"}, ...], "runs": [RUN, ...]}`` with RUN ``{"name", "micro",
+"accumulation", "steps", "variant", "deepspeed", "loss_path", "sp", "fsdp", "cuda", "trainer"}``.
+``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong normalisation:
+``"per_micro_batch"`` (each micro-batch's digit term divided by its own digit count),
+``"rank_local"`` (digits counted over this rank's window only, not all-reduced) or
+``"per_shard_spans"`` (under sequence parallelism, number spans computed on each shard instead of
+the whole sequence). ``deepspeed`` is a DeepSpeed config dict or null; ``sp`` (default 1) the
+DeepSpeed Ulysses sequence-parallel size of an accelerate ``ParallelismConfig``; ``fsdp`` the
+TrainingArguments of FSDP; ``cuda`` (default false) trains on the GPUs; ``trainer="sft"`` trains
+``DELSFTTrainer`` (TRL) on the ``sft_rows`` instead. Rank 0 writes ``OUT/NAME.json`` (the
+Trainer's per-step logs), ``OUT/NAME.pt`` (the final weights, gathered under ZeRO-3 and FSDP) and
+``OUT/NAME.engine.json`` (the engines that trained).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from del_core.integrations import DELTrainer, target_counts
 from del_core.spans import IGNORE_INDEX
 
 LR = 1e-3
+SP_LENGTH = 48  # the fixed sequence length under sequence parallelism (the rows have 16 to 40 tokens)
 
 
 class PerMicroBatchDigits(DELTrainer):
@@ -42,7 +49,20 @@ class RankLocalDigits(DELTrainer):
         return torch.stack([super().reduce_counts(local)[0], local[1]])
 
 
-VARIANTS = {"global": DELTrainer, "per_micro_batch": PerMicroBatchDigits, "rank_local": RankLocalDigits}
+class PerShardSpans(DELTrainer):
+    """The defect under sequence parallelism: the batches carry no whole-sequence spans, so the
+    spans (and the digit counts) are computed on each shard after the cut."""
+
+    def _whole_sequence_spans(self, collate):
+        return dataclasses.replace(super()._whole_sequence_spans(collate), vocab=None)
+
+
+VARIANTS = {
+    "global": DELTrainer,
+    "per_micro_batch": PerMicroBatchDigits,
+    "rank_local": RankLocalDigits,
+    "per_shard_spans": PerShardSpans,
+}
 
 # Answers with 0 to 16 digits: consecutive pairs (the micro-batches) hold very different digit counts.
 ANSWER_TEMPLATES = (
@@ -74,6 +94,18 @@ def make_rows(tokenizer, n: int) -> list[dict]:
     return rows
 
 
+def make_sft_rows(n: int) -> list[dict]:
+    """``n`` prompt-completion rows (additions whose sums have 1 to 7 digits) for TRL's SFTTrainer."""
+    import random
+
+    rng = random.Random(1)
+    rows = []
+    for i in range(n):
+        a, b = rng.randint(0, 10 ** (1 + i % 6)), rng.randint(0, 999)
+        rows.append({"prompt": f"What is {a} + {b}?", "completion": f" {a} + {b} = {a + b}."})
+    return rows
+
+
 def collate(pad_id: int):
     """Right padding: input ids with ``pad_id``, labels with -100, attention mask 0."""
 
@@ -95,10 +127,16 @@ def collate(pad_id: int):
 
 
 def training_arguments(out: Path, run: dict):
-    """Sequential sampling (every layout sees the same global batches), constant LR, a log per step."""
+    """Sequential sampling (every layout sees the same global batches), constant LR, a log per step;
+    TRL's SFTConfig (fp32, no completion-only flag beyond TRL's default) for ``trainer="sft"``."""
     from transformers import TrainingArguments
 
-    return TrainingArguments(
+    config, extra = TrainingArguments, {}
+    if run.get("trainer") == "sft":
+        from trl import SFTConfig
+
+        config, extra = SFTConfig, {"bf16": False}  # TRL's default is bf16 autocast, also on CPU
+    return config(
         output_dir=str(out / run["name"]),
         per_device_train_batch_size=run["micro"],
         gradient_accumulation_steps=run["accumulation"],
@@ -109,12 +147,32 @@ def training_arguments(out: Path, run: dict):
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        use_cpu=True,
+        use_cpu=not run.get("cuda", False),
         seed=0,
         train_sampling_strategy="sequential",
         disable_tqdm=True,
         deepspeed=run.get("deepspeed"),
+        parallelism_config=sequence_parallelism(run.get("sp", 1)),
+        **run.get("fsdp", {}),
+        **extra,
     )
+
+
+def sequence_parallelism(sp: int):
+    """accelerate's ParallelismConfig for DeepSpeed Ulysses with ``sp`` ranks (sdpa attention), or
+    None for ``sp == 1``. Batches of a fixed length (:data:`SP_LENGTH`): DeepSpeed's dataloader
+    adapter all-gathers the batches of the group, which gloo accepts only at equal sizes."""
+    if sp == 1:
+        return None
+    from accelerate.parallelism_config import ParallelismConfig
+    from accelerate.utils import DeepSpeedSequenceParallelConfig
+
+    handler = DeepSpeedSequenceParallelConfig(
+        sp_seq_length_is_variable=False, sp_seq_length=SP_LENGTH, sp_attn_implementation="sdpa"
+    )
+    # the data-parallel replicas (ZeRO shards over them): the processes that sp does not take
+    replicas = int(os.environ.get("WORLD_SIZE", "1")) // sp
+    return ParallelismConfig(sp_size=sp, sp_backend="deepspeed", sp_handler=handler, dp_shard_size=replicas)
 
 
 def join_deepspeed_process_group(args) -> None:
@@ -138,18 +196,25 @@ def train(spec: dict, run: dict) -> DELTrainer:
     if run.get("deepspeed"):
         join_deepspeed_process_group(args)
     tokenizer = load_tokenizer(spec["model"])
-    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32)
-    trainer = VARIANTS[run.get("variant", "global")](
-        model=model,
-        args=args,
-        train_dataset=spec["rows"],
-        data_collator=collate(tokenizer.pad_token_id or tokenizer.eos_token_id),
-        processing_class=tokenizer,
-        loss="del",
-        loss_weight=run.get("weight", 0.5),
-        loss_path=run.get("loss_path", "logits"),
-        chunk_size=7,  # several chunks per micro-batch
-    )
+    model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32, attn_implementation="sdpa")
+    loss = {"loss": "del", "loss_weight": run.get("weight", 0.5), "loss_path": run.get("loss_path", "logits")}
+    if run.get("trainer") == "sft":
+        from datasets import Dataset
+
+        from del_core.integrations import DELSFTTrainer
+
+        data = Dataset.from_list(spec["sft_rows"])  # prompt-completion rows: TRL tokenises and masks
+        trainer = DELSFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, **loss)
+    else:
+        trainer = VARIANTS[run.get("variant", "global")](
+            model=model,
+            args=args,
+            train_dataset=spec["rows"],
+            data_collator=collate(tokenizer.pad_token_id or tokenizer.eos_token_id),
+            processing_class=tokenizer,
+            chunk_size=7,  # several chunks per micro-batch
+            **loss,
+        )
     trainer.train()
     return trainer
 
@@ -164,14 +229,35 @@ def save(trainer: DELTrainer, out: Path, name: str) -> None:
     weights = trainer.accelerator.get_state_dict(trainer.model_wrapped)
     if trainer.args.process_index == 0:
         (out / f"{name}.json").write_text(json.dumps(step_logs(trainer)))
+        engine = {
+            "fsdp": trainer.is_fsdp_enabled,
+            "deepspeed": trainer.is_deepspeed_enabled,
+            "sp": trainer.get_sp_size(),
+        }
+        (out / f"{name}.engine.json").write_text(json.dumps(engine))
         torch.save({k: v.detach().float().cpu() for k, v in weights.items()}, out / f"{name}.pt")
 
 
+def end_sequence_parallelism(core_attention) -> None:
+    """DeepSpeed keeps the sequence-parallel groups and its Ulysses attention (registered in place of
+    transformers' sdpa) for the life of the process: undone, so that the next run starts afresh."""
+    from deepspeed.runtime.sequence_parallel import parallel_state_sp
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    parallel_state_sp._release_sequence_parallel_groups()
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = core_attention
+
+
 def main(path: str) -> None:
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
     spec = json.loads(Path(path).read_text())
+    sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
     for run in spec["runs"]:
         trainer = train(spec, run)
         save(trainer, Path(spec["out"]), run["name"])
+        if run.get("sp", 1) > 1:
+            end_sequence_parallelism(sdpa)
     if torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

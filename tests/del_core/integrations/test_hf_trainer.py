@@ -5,8 +5,9 @@ The layouts compared train the same 3 global batches of 8 rows (micro-batches of
 counts are 1, 12, 19 and 14 in the first step) with AdamW, lr 1e-3, gradient clipping at 1:
 1 process x accumulation 4 ("1x4"), 1 process x 1 micro-batch of 8 ("1x1", the whole global batch
 in one forward), 2 processes x accumulation 2 ("2x2", DDP over gloo), and 2 x 2 under DeepSpeed
-ZeRO-3 and ZeRO-2 through the Trainer's ``deepspeed=`` argument. Module time: ~1.5-2 min on
-2 busy cores (three subprocess launches of ~25-30 s each).
+ZeRO-3 and ZeRO-2 through the Trainer's ``deepspeed=`` argument (both loss paths), DeepSpeed Ulysses
+sequence parallelism (sp=2 with 2 processes, sp=2 x dp=2 with 4) and, on 2 GPUs only, FSDP.
+Module time: ~5-6 min on 2 cores shared with other jobs (load ~8; five subprocess launches).
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def zero_config(stage: int) -> dict:
     }
 
 
+# FSDP as the paper's release launches it (``--fsdp "full_shard auto_wrap"``), one unit per decoder
+# layer; torch FSDP2 (transformers' default).
+FSDP = {"fsdp": "full_shard auto_wrap", "fsdp_config": {"transformer_layer_cls_to_wrap": ["Qwen2DecoderLayer"]}}
+
+
 def layout(name: str, micro: int, accumulation: int, **extra) -> dict:
     return {"name": name, "micro": micro, "accumulation": accumulation, "steps": STEPS, **extra}
 
@@ -67,7 +73,8 @@ def tokenizer(tiny_model):
 @pytest.fixture(scope="module")
 def spec(tiny_model, tokenizer, tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("runs")
-    return {"model": str(tiny_model), "out": str(out), "rows": worker.make_rows(tokenizer, 8 * STEPS), "runs": []}
+    rows, sft_rows = worker.make_rows(tokenizer, 8 * STEPS), worker.make_sft_rows(8 * STEPS)
+    return {"model": str(tiny_model), "out": str(out), "rows": rows, "sft_rows": sft_rows, "runs": []}
 
 
 def launch(nproc: int, spec: dict, runs: list[dict]) -> None:
@@ -111,6 +118,10 @@ def two_processes(spec) -> dict:
     runs = [layout("2x2", 2, 2), layout("2x2-rank-local", 2, 2, variant="rank_local")]
     launch(2, spec, runs)
     return {run["name"]: result(spec, run["name"]) for run in runs}
+
+
+def engines(spec: dict, name: str) -> dict:
+    return json.loads((Path(spec["out"]) / f"{name}.engine.json").read_text())
 
 
 def loss_gap(a: list[dict], b: list[dict], key: str = "loss") -> float:
@@ -205,16 +216,45 @@ def test_accumulation_and_ranks_give_the_whole_batch_loss_and_weights(one_proces
     assert all(gap > 100 * TOL for gap in naive.values()), naive
 
 
+@pytest.mark.launches
+@pytest.mark.skipif(
+    torch.cuda.device_count() < 2,
+    reason="FSDP needs 2 GPUs: on the CPU accelerate (1.16, state.py) keeps FSDP to its multi-device types, "
+    "drops the fsdp plugin under MULTI_CPU without an error and the Trainer trains with DDP",
+)
+def test_fsdp_two_gpus_match_one_gpu(spec):
+    """2 GPUs x accumulation 2 under FSDP ("full_shard auto_wrap"), on both loss paths, against
+    1 GPU x accumulation 4: the same losses to 1e-5 and final weights to 1e-5 (1e-4 chunked, see
+    the ZeRO test). On the chunked path the LM head (tied to the embedding) stays in FSDP's root
+    unit, whose parameters stay unsharded from the forward to the backward."""
+    single = [layout("gpu-1x4", 2, 4, cuda=True), layout("gpu-1x4-chunked", 2, 4, cuda=True, loss_path="chunked")]
+    launch(1, spec, single)
+    runs = [layout("gpu-2x2-fsdp", 2, 2, fsdp=FSDP, cuda=True)]
+    runs.append(layout("gpu-2x2-fsdp-chunked", 2, 2, fsdp=FSDP, cuda=True, loss_path="chunked"))
+    launch(2, spec, runs)
+    gaps = {}
+    for run, reference in zip(runs, single):
+        (logs, weights), (reference_logs, reference_w) = result(spec, run["name"]), result(spec, reference["name"])
+        gaps[run["name"]] = {"loss": loss_gap(logs, reference_logs), "weights": weight_gap(weights, reference_w)}
+    print("\nFSDP vs 1x4 (max abs):", json.dumps(gaps))
+    assert engines(spec, "gpu-2x2-fsdp") == {"fsdp": True, "deepspeed": False, "sp": 1}
+    assert gaps["gpu-2x2-fsdp"]["loss"] <= TOL and gaps["gpu-2x2-fsdp"]["weights"] <= TOL, gaps
+    assert gaps["gpu-2x2-fsdp-chunked"]["loss"] <= TOL and gaps["gpu-2x2-fsdp-chunked"]["weights"] <= 1e-4, gaps
+
+
 # --- (3) DeepSpeed ZeRO-3 (and ZeRO-2) through the Trainer's deepspeed= argument ----------------
 @pytest.mark.launches
 def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
-    """2 processes x accumulation 2 under ZeRO-3, ZeRO-2, and ZeRO-2 with the loss chunked from the
-    hidden states: finite, decreasing losses, the 1-process (1x4) first-step loss, and the same
+    """2 processes x accumulation 2 under ZeRO-3, ZeRO-2, and ZeRO-3 and ZeRO-2 with the loss chunked
+    from the hidden states (under ZeRO-3 the partitioned LM-head weight gathered for the loss's
+    forward and backward, its gradient reduce-scattered into ZeRO-3's partitions): finite,
+    decreasing losses, the 1-process (1x4) first-step loss, and the same
     losses as 1x4 on the same loss path to 1e-5 and final weights to 1e-5 (1e-4 on the chunked
     path, see below). (The two paths' gradients agree to 1e-5, see the one-batch test; Adam
     amplifies that round-off where gradients are near zero, so weights are compared within a path.)"""
     runs = [layout("zero3", 2, 2, deepspeed=zero_config(3)), layout("zero2", 2, 2, deepspeed=zero_config(2))]
     runs.append(layout("zero2-chunked", 2, 2, deepspeed=zero_config(2), loss_path="chunked"))
+    runs.append(layout("zero3-chunked", 2, 2, deepspeed=zero_config(3), loss_path="chunked"))
     launch(2, spec, runs)
     for run in runs:
         reference_logs, reference_w = one_process["1x4-chunked" if run.get("loss_path") else "1x4"]
@@ -229,6 +269,82 @@ def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
         # update of up to lr x steps = 3e-3): its weights are compared to 1e-4, the losses to 1e-5.
         weight_tol = 1e-4 if run.get("loss_path") == "chunked" else TOL
         assert gaps["loss"] <= TOL and gaps["weights"] <= weight_tol, gaps
+
+
+# --- (3b) DeepSpeed Ulysses sequence parallelism through accelerate's ParallelismConfig ----------
+def numbers_across_the_cut(spec: dict, tokenizer, micro: int, sp: int) -> int:
+    """Numbers of the training rows that straddle a shard cut, batched as the Trainer does."""
+    from del_core.integrations import carried_spans
+    from del_core.integrations.sequence_parallel import with_whole_sequence_spans
+    from del_core.vocab import DigitVocab
+    from helpers.sequence_parallel import numbers_across_cuts
+
+    vocab, collate = DigitVocab.from_tokenizer(tokenizer), worker.collate(tokenizer.pad_token_id)
+    rows = spec["rows"]
+    batches = [collate(rows[i : i + micro]) for i in range(0, len(rows), micro)]
+    return sum(
+        numbers_across_cuts(carried_spans(with_whole_sequence_spans(b, vocab, sp, tokenizer.pad_token_id)), sp)
+        for b in batches
+    )
+
+
+def sequence_parallel_gaps(spec: dict, references: dict, runs: list[dict]) -> dict:
+    """Max abs gaps of each run to its 1-process reference: losses, gradient norms and weights."""
+    gaps = {}
+    for run in runs:
+        reference = "1x4-sft" if run.get("trainer") else "1x4-chunked" if run.get("loss_path") else "1x4"
+        (logs, weights), (reference_logs, reference_w) = result(spec, run["name"]), references[reference]
+        gaps[run["name"]] = {
+            "loss": loss_gap(logs, reference_logs),
+            "grad_norm": loss_gap(logs, reference_logs, "grad_norm"),
+            "weights": weight_gap(weights, reference_w),
+        }
+    print("\nsequence parallel vs 1x4 (max abs):", json.dumps(gaps))
+    return gaps
+
+
+# The gradient norms (about 2.2) agree to fp32 round-off; DeepSpeed's gradient averaging under SP
+# differs per ZeRO stage (del_core.training.engine.gradient_divisor): a wrong factor
+# would show here as a norm off by sp, which Adam and clipping would hide in the weights.
+NORM_TOL = 1e-4
+
+
+@pytest.mark.launches
+def test_sequence_parallel_two_processes_match_one_process(spec, tokenizer, one_process):
+    """sp_size=2 (2 processes, DeepSpeed Ulysses ZeRO-2, 1 data-parallel replica x accumulation 4):
+    each rank runs one half of every sequence, the number spans computed on the whole sequences
+    travel with the shards. The same losses as 1x4 to 1e-5, gradient norms to 1e-4 and weights to
+    1e-5, with numbers straddling the cut; spans computed on each shard instead (the defect)
+    change the losses. DELSFTTrainer (TRL, prompt-completion rows) under sp=2 equals its own 1x4."""
+    pytest.importorskip("trl")
+    assert numbers_across_the_cut(spec, tokenizer, 2, 2) >= 3
+    runs = [
+        layout("sp2-zero2", 2, 4, deepspeed=zero_config(2), sp=2),
+        layout("sp2-per-shard-spans", 2, 4, deepspeed=zero_config(2), variant="per_shard_spans", sp=2),
+        layout("sp2-sft", 2, 4, deepspeed=zero_config(2), trainer="sft", sp=2),
+    ]
+    launch(2, spec, runs)
+    sft = layout("1x4-sft", 2, 4, trainer="sft")
+    worker.save(worker.train(spec, sft), Path(spec["out"]), sft["name"])
+    gaps = sequence_parallel_gaps(spec, {**one_process, "1x4-sft": result(spec, sft["name"])}, runs)
+    assert engines(spec, "sp2-zero2") == {"fsdp": False, "deepspeed": True, "sp": 2}
+    for name in ("sp2-zero2", "sp2-sft"):
+        assert gaps[name]["loss"] <= TOL and gaps[name]["grad_norm"] <= NORM_TOL, gaps
+        assert gaps[name]["weights"] <= TOL, gaps
+    assert gaps["sp2-per-shard-spans"]["loss"] > 100 * TOL, gaps
+
+
+@pytest.mark.launches
+def test_sequence_and_data_parallel_four_processes_match_one_process(spec, one_process):
+    """sp_size=2 x 2 data-parallel replicas x accumulation 2 (4 processes) under ZeRO-3 on the
+    chunked path: the partitioned LM-head weight gathered for the loss of each shard, the counts
+    summed over the sequence-parallel group and the replicas. The same losses as 1x4 chunked to
+    1e-5, gradient norms to 1e-4, weights to 1e-4 (chunked, see the ZeRO test)."""
+    runs = [layout("sp2-dp2-zero3-chunked", 2, 2, deepspeed=zero_config(3), loss_path="chunked", sp=2)]
+    launch(4, spec, runs)
+    gaps = sequence_parallel_gaps(spec, one_process, runs)["sp2-dp2-zero3-chunked"]
+    assert engines(spec, "sp2-dp2-zero3-chunked") == {"fsdp": False, "deepspeed": True, "sp": 2}
+    assert gaps["loss"] <= TOL and gaps["grad_norm"] <= NORM_TOL and gaps["weights"] <= 1e-4, gaps
 
 
 # --- (4) refusals -------------------------------------------------------------------------------
@@ -302,11 +418,9 @@ def test_a_forward_without_full_logits_is_refused(wrap, message, tiny_model, tok
 
 
 def test_loss_path_settings_are_checked():
-    assert loss_path_problems("logits", 256, zero3=True) == []
-    assert loss_path_problems("chunked", 256, zero3=False) == []
-    assert "ZeRO-3" in loss_path_problems("chunked", 256, zero3=True)[0]
-    assert "loss_path='dense'" in loss_path_problems("dense", 256, zero3=False)[0]
-    assert "chunk_size=0" in loss_path_problems("chunked", 0, zero3=False)[0]
+    assert loss_path_problems("logits", 256) == loss_path_problems("chunked", 256) == []
+    assert "loss_path='dense'" in loss_path_problems("dense", 256)[0]
+    assert "chunk_size=0" in loss_path_problems("chunked", 0)[0]
 
 
 def test_the_old_loss_path_spelling_warns_and_means_chunked(tiny_model, tokenizer, spec, tmp_path):
