@@ -26,11 +26,12 @@ from typing import Any, Optional
 import torch
 
 from del_core.data.sequence_shards import pad_sequence, pad_spans, padded_length, span_columns
+from del_core.data.tokenized import continued_positions
 from del_core.integrations.counting import aligned_targets
 from del_core.spans import IGNORE_INDEX, number_spans
 from del_core.vocab import DigitVocab
 
-# Padding of the batch dict's [B, T] tensors (any other key: 0, i.e. masked out / position 0).
+# Padding of the batch dict's [B, T] tensors (any other key but position_ids: 0, i.e. masked out).
 _TARGET_PADDING = {"labels": IGNORE_INDEX, "shift_labels": IGNORE_INDEX}
 
 
@@ -38,7 +39,8 @@ def with_whole_sequence_spans(
     batch: Mapping[str, Any], vocab: Optional[DigitVocab], parts: int, pad_id: int, length: Optional[int] = None
 ) -> dict[str, Any]:
     """``batch`` (a collated dict with ``input_ids`` [B, T] and ``labels`` or ``shift_labels``)
-    right-padded to a multiple of ``parts`` positions T' (input ``pad_id``, targets -100, every
+    right-padded to a multiple of ``parts`` positions T' (input ``pad_id``, targets -100, position
+    ids continuing each row's last (:func:`del_core.data.tokenized.continued_positions`), every
     other [B, T] tensor 0), with ``position_ids`` (``0..T'-1`` when absent) and, with a ``vocab``, the
     number spans of its aligned targets (:func:`del_core.integrations.aligned_targets`) computed
     on the whole sequences, as span columns. ``length``: pad to this many positions at least (a
@@ -50,7 +52,9 @@ def with_whole_sequence_spans(
     padded = padded_length(max(width, length or 0), parts)
     spans = number_spans(aligned_targets(batch), vocab) if vocab is not None else None
     for key, value in batch.items():
-        if torch.is_tensor(value) and value.dim() >= 2 and value.shape[:2] == (rows, width):
+        if key == "position_ids" and torch.is_tensor(value) and value.shape == (rows, width):
+            batch[key] = continued_positions(value, padded)
+        elif torch.is_tensor(value) and value.dim() >= 2 and value.shape[:2] == (rows, width):
             batch[key] = pad_sequence(value, padded, pad_id if key == "input_ids" else _TARGET_PADDING.get(key, 0))
     if "position_ids" not in batch:
         batch["position_ids"] = torch.arange(padded, device=batch["input_ids"].device).repeat(rows, 1)
