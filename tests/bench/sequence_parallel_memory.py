@@ -47,6 +47,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
+from del_core.data.sequence_shards import padded_length  # noqa: E402
 from del_core.training.memory_model import ModelShape, TrainShape, estimate  # noqa: E402
 
 BENCH_MODEL = ModelShape(
@@ -234,7 +235,7 @@ def free_port() -> int:
 
 def predicted(args: argparse.Namespace, seq_len: int, sp: int) -> int:
     train = TrainShape(
-        seq_len=seq_len,
+        seq_len=padded_length(seq_len, sp),  # the trainer pads each sequence to a multiple of sp
         sp=sp,
         world=sp,
         dtype_bytes=4,
