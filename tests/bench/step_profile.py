@@ -141,6 +141,11 @@ class RunSpec:
     zero: int
     del_weight: float
     phases: bool
+    device: str = "cpu"  # cuda: bf16 on both sides, peak memory from the CUDA allocator
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.device == "cuda" else "fp32"
 
     def overrides(self, output_dir: str) -> list[str]:
         """The trainer's config for this run (recipes/train.py keys)."""
@@ -148,7 +153,7 @@ class RunSpec:
         return [
             f"model.name={self.model}",
             "model.gradient_checkpointing=false",
-            "model.precision=fp32",
+            f"model.precision={self.precision}",
             f"model.cache_dir={self.cache}",
             f"loss.name={self.loss}",
             weight,
@@ -239,8 +244,14 @@ def install_phase_timers(trainer: Any, timers: PhaseTimers) -> None:
     reporter.advance = timers.wrap("logging", reporter.advance)
 
 
-def run_trainer(spec: RunSpec, output_dir: str) -> tuple[list[float], Optional[PhaseTimers], float]:
-    """(step-end times, phase timers, RSS GB after set-up) of the recipe's trainer."""
+def clock() -> tuple[float, float]:
+    """(wall seconds, this process's CPU seconds): the CPU time of a step is what it computed,
+    much less disturbed than its wall time by other work on a shared machine."""
+    return time.perf_counter(), time.process_time()
+
+
+def run_trainer(spec: RunSpec, output_dir: str) -> tuple[list, Optional[PhaseTimers], float, dict]:
+    """(step-end clocks, phase timers, RSS GB after set-up, DeepSpeed config) of the recipe's trainer."""
     import psutil
 
     from del_core.training.config import load_train_config
@@ -253,17 +264,17 @@ def run_trainer(spec: RunSpec, output_dir: str) -> tuple[list[float], Optional[P
         setup_rss = psutil.Process().memory_info().rss / 1e9
         if timers is not None:
             install_phase_timers(trainer, timers)
-        ends = [time.perf_counter()]
+        ends = [clock()]
         while trainer.step < trainer.total_steps:
             trainer.last = trainer.train_step()
             trainer.maybe_evaluate()
             trainer.maybe_checkpoint()
-            ends.append(time.perf_counter())
+            ends.append(clock())
             if timers is not None:
-                timers.end_step(ends[-1] - ends[-2])
+                timers.end_step(ends[-1][0] - ends[-2][0])
     finally:
         trainer.cleanup()
-    return ends, timers, setup_rss
+    return ends, timers, setup_rss, trainer.engine.config
 
 
 def hf_dataset(spec: RunSpec, output_dir: str) -> tuple[list[dict], Any, str]:
@@ -287,8 +298,9 @@ def hf_dataset(spec: RunSpec, output_dir: str) -> tuple[list[dict], Any, str]:
     return rows, tokenizer, model_dir
 
 
-def run_hf(spec: RunSpec, output_dir: str) -> tuple[list[float], None, float]:
-    """(step-end times, None, RSS GB after set-up) of transformers.Trainer (DELTrainer for del)."""
+def run_hf(spec: RunSpec, output_dir: str) -> tuple[list, None, float, dict]:
+    """(step-end clocks, None, RSS GB before DeepSpeed's set-up, DeepSpeed config) of
+    transformers.Trainer (DELTrainer for del)."""
     import psutil
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
@@ -298,7 +310,8 @@ def run_hf(spec: RunSpec, output_dir: str) -> tuple[list[float], None, float]:
 
     rows, tokenizer, model_dir = hf_dataset(spec, output_dir)
     torch.manual_seed(SEED)
-    model = load_model(model_dir, torch.float32, "sdpa", False)
+    on_gpu = spec.device == "cuda"
+    model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32, "sdpa", False)
     accumulation = spec.batch // (spec.micro * spec.nproc)
     args = TrainingArguments(
         output_dir=output_dir,
@@ -318,20 +331,21 @@ def run_hf(spec: RunSpec, output_dir: str) -> tuple[list[float], None, float]:
         logging_steps=1,
         save_strategy="no",
         report_to="none",
-        use_cpu=True,
+        use_cpu=not on_gpu,
+        bf16=on_gpu,
         seed=SEED,
         dataloader_num_workers=0,
         disable_tqdm=True,
         ddp_backend="gloo" if spec.nproc > 1 else None,
     )
-    ends: list[float] = []
+    ends: list[tuple[float, float]] = []
 
     class StepEnds(TrainerCallback):
         def on_train_begin(self, *_: Any, **__: Any) -> None:
-            ends.append(time.perf_counter())
+            ends.append(clock())
 
         def on_step_end(self, *_: Any, **__: Any) -> None:
-            ends.append(time.perf_counter())
+            ends.append(clock())
 
     common = dict(
         model=model,
@@ -347,7 +361,16 @@ def run_hf(spec: RunSpec, output_dir: str) -> tuple[list[float], None, float]:
         trainer = DELTrainer(**common, loss=spec.loss, loss_weight=spec.del_weight)
     setup_rss = psutil.Process().memory_info().rss / 1e9
     trainer.train()
-    return ends, None, setup_rss
+    return ends, None, setup_rss, trainer.model_wrapped.config
+
+
+def peak_memory_gb(device: str) -> float:
+    """This process's peak: resident set (CPU), or the CUDA allocator's peak (GPU)."""
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.max_memory_allocated() / 1e9
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
 def worker(spec: RunSpec, out: Path) -> None:
@@ -355,11 +378,13 @@ def worker(spec: RunSpec, out: Path) -> None:
     rank = int(os.environ.get("RANK", "0"))
     output_dir = str(out / "output")
     run = run_trainer if spec.side == "trainer" else run_hf
-    ends, timers, setup_rss = run(spec, output_dir)
+    ends, timers, setup_rss, ds_config = run(spec, output_dir)
     result = {
-        "intervals": [b - a for a, b in zip(ends, ends[1:])],
+        "intervals": [b[0] - a[0] for a, b in zip(ends, ends[1:])],
+        "cpu_intervals": [b[1] - a[1] for a, b in zip(ends, ends[1:])],
+        "ds_config": json.loads(json.dumps(ds_config, default=str)),
         "phases": timers.steps if timers is not None else None,
-        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
+        "peak_rss_gb": peak_memory_gb(spec.device),
         "setup_rss_gb": setup_rss,
     }
     (out / f"rank{rank}.json").write_text(json.dumps(result))
@@ -373,9 +398,11 @@ class RunResult:
     nproc: int
     round: int
     step_s: float  # median interval after the warm-up, rank 0
+    cpu_s: float  # median CPU seconds of rank 0's process per step after the warm-up
     peak_gb: float  # max over ranks
     setup_gb: float
     phases: Optional[dict[str, float]]  # median per phase over the timed steps (trainer, rank 0)
+    ds_config: dict  # the config DeepSpeed's engine got (rank 0)
 
 
 def launch(spec: RunSpec, args: argparse.Namespace, run_dir: Path) -> dict:
@@ -383,7 +410,9 @@ def launch(spec: RunSpec, args: argparse.Namespace, run_dir: Path) -> dict:
     from del_core.parallel.rendezvous import free_port
 
     worker_args = [str(Path(__file__).resolve()), "--worker", json.dumps(spec.__dict__), "--out", str(run_dir)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), DS_ACCELERATOR="cpu", TOKENIZERS_PARALLELISM="false")
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
+    if spec.device == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     if spec.nproc == 1:  # a one-rank process group, as the trainer makes without a launcher
         command = [sys.executable, *worker_args]
@@ -417,42 +446,99 @@ def summarise(spec: RunSpec, ranks: dict, round_index: int, warmup: int) -> RunR
         spec.nproc,
         round_index,
         statistics.median(timed),
+        statistics.median(main["cpu_intervals"][warmup:]),
         max(r["peak_rss_gb"] for r in ranks.values()),
         max(r["setup_rss_gb"] for r in ranks.values()),
         phases,
+        main["ds_config"],
     )
 
 
-def spread(values: list[float], digits: int = 2) -> str:
-    return f"{statistics.median(values):.{digits}f} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+# Keys the sides write differently with the same meaning: the trainer states train_batch_size
+# (transformers leaves DeepSpeed to derive it from micro x accumulation x ranks), transformers
+# states fp16.enabled=false (absent is off), and either side's steps_per_print never prints.
+SAME_MEANING = ("train_batch_size", "fp16.enabled", "steps_per_print")
 
 
-def tables(results: list[RunResult], args: argparse.Namespace) -> str:
-    cells = sorted({(r.loss, r.nproc) for r in results}, key=lambda c: (c[1], args.losses.index(c[0])))
-    lines = [
-        "| loss | procs | trainer step s | hf step s | time ratio trainer/hf | trainer peak GB | hf peak GB "
-        "| mem ratio trainer/hf |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+def config_differences(results: list[RunResult]) -> list[str]:
+    """The DeepSpeed config keys whose values differ between the sides of a cell (flattened),
+    but for :data:`SAME_MEANING`."""
+
+    def flat(node: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(node, dict):
+            return {k: v for key, value in node.items() for k, v in flat(value, f"{prefix}{key}.").items()}
+        return {prefix.rstrip("."): node}
+
+    lines = []
+    for loss, nproc in sorted({(r.loss, r.nproc) for r in results}):
+        configs = {r.side: flat(r.ds_config) for r in results if (r.loss, r.nproc, r.round) == (loss, nproc, 0)}
+        ours, theirs = configs.get("trainer", {}), configs.get("hf", {})
+        for key in sorted(set(ours) | set(theirs)):
+            if ours.get(key) != theirs.get(key) and key not in SAME_MEANING:
+                lines.append(f"{loss} x{nproc}: {key}: trainer {ours.get(key, '-')!r}, hf {theirs.get(key, '-')!r}")
+    return lines
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def cell_summaries(results: list[RunResult]) -> list[dict]:
+    """Per (loss, processes): each side's step time, CPU time and peak memory over rounds, and the
+    paired per-round ratios trainer / hf (median, min, max)."""
+    cells = sorted({(r.loss, r.nproc) for r in results}, key=lambda c: (c[1], c[0] != "mle", c[0]))
+    summaries = []
     for loss, nproc in cells:
-        by_side = {
-            side: sorted((r for r in results if (r.side, r.loss, r.nproc) == (side, loss, nproc)), key=lambda r: r.round)
+        ours, theirs = (
+            sorted((r for r in results if (r.side, r.loss, r.nproc) == (side, loss, nproc)), key=lambda r: r.round)
             for side in SIDES
-        }
-        ours, theirs = by_side["trainer"], by_side["hf"]
-        time_ratio = [a.step_s / b.step_s for a, b in zip(ours, theirs)]
-        mem_ratio = [a.peak_gb / b.peak_gb for a, b in zip(ours, theirs)]
+        )
+        pairs = list(zip(ours, theirs))
+        summaries.append(
+            {
+                "loss": loss,
+                "nproc": nproc,
+                "rounds": len(pairs),
+                "trainer_step_s": _stats([a.step_s for a, _ in pairs]),
+                "hf_step_s": _stats([b.step_s for _, b in pairs]),
+                "time_ratio": _stats([a.step_s / b.step_s for a, b in pairs]),
+                "cpu_time_ratio": _stats([a.cpu_s / b.cpu_s for a, b in pairs]),
+                "trainer_peak_gb": _stats([a.peak_gb for a, _ in pairs]),
+                "hf_peak_gb": _stats([b.peak_gb for _, b in pairs]),
+                "memory_ratio": _stats([a.peak_gb / b.peak_gb for a, b in pairs]),
+            }
+        )
+    return summaries
+
+
+def _spread(stats: dict[str, float], digits: int = 2) -> str:
+    return f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}-{stats['max']:.{digits}f})"
+
+
+def tables(results: list[RunResult]) -> str:
+    """The comparison table, and the trainer's phase split when it was timed (markdown)."""
+    summaries = cell_summaries(results)
+    lines = [
+        "| loss | procs | trainer step s | hf step s | time ratio trainer/hf | cpu-time ratio trainer/hf "
+        "| trainer peak GB | hf peak GB | mem ratio trainer/hf |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in summaries:
         lines.append(
-            f"| {loss} | {nproc} | {spread([r.step_s for r in ours], 3)} | {spread([r.step_s for r in theirs], 3)} "
-            f"| {spread(time_ratio)} | {spread([r.peak_gb for r in ours])} | {spread([r.peak_gb for r in theirs])} "
-            f"| {spread(mem_ratio)} |"
+            f"| {c['loss']} | {c['nproc']} | {_spread(c['trainer_step_s'], 3)} | {_spread(c['hf_step_s'], 3)} "
+            f"| {_spread(c['time_ratio'])} | {_spread(c['cpu_time_ratio'])} | {_spread(c['trainer_peak_gb'])} "
+            f"| {_spread(c['hf_peak_gb'])} | {_spread(c['memory_ratio'])} |"
         )
     phased = [r for r in results if r.phases]
     if phased:
-        lines += ["", "Trainer phase split (rank 0, median seconds per step over the timed steps, then over rounds):", ""]
+        lines += [
+            "",
+            "Trainer phase split (rank 0, median seconds per step over the timed steps, then over rounds):",
+            "",
+        ]
         lines.append("| loss | procs | " + " | ".join(PHASES) + " | step |")
         lines.append("|---|---|" + "---|" * (len(PHASES) + 1))
-        for loss, nproc in cells:
+        for loss, nproc in ((c["loss"], c["nproc"]) for c in summaries):
             runs = [r for r in phased if (r.loss, r.nproc) == (loss, nproc)]
             values = [statistics.median(r.phases[name] for r in runs) for name in PHASES]
             total = statistics.median(r.step_s for r in runs)
@@ -465,7 +551,7 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[str, str]:
     rows = work / "rows.jsonl"
     write_rows(rows, max(64, 4 * args.batch * args.steps))
     model = args.model
-    if args.quick:
+    if args.quick and model == "smollm2":
         from del_core.models import resolve_model
 
         model = str(quick_model(work / "tiny-model", resolve_model("smollm2", Path(args.cache))))
@@ -474,20 +560,23 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[str, str]:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny model, short rows, 2 rounds of 4 steps")
+    parser.add_argument(
+        "--quick", action="store_true", help="short rows, at most 2 rounds of 4 steps; a tiny model unless --model"
+    )
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--losses", default="mle,del")
     parser.add_argument("--nprocs", default="1,2")
     parser.add_argument("--zero", type=int, default=2, choices=(2, 3))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=6, help="optimizer steps per run")
+    parser.add_argument("--steps", type=int, default=5, help="optimizer steps per run")
     parser.add_argument("--warmup", type=int, default=2, help="first step intervals not timed")
     parser.add_argument("--length", type=int, default=128, help="tokens per row")
-    parser.add_argument("--batch", type=int, default=8, help="global batch (rows per optimizer step)")
-    parser.add_argument("--micro", type=int, default=4, help="rows per forward on one rank")
+    parser.add_argument("--batch", type=int, default=4, help="global batch (rows per optimizer step)")
+    parser.add_argument("--micro", type=int, default=2, help="rows per forward on one rank")
     parser.add_argument("--threads", type=int, default=1, help="OMP threads per rank")
     parser.add_argument("--del-weight", type=float, default=0.128)
     parser.add_argument("--no-phases", dest="phases", action="store_false")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: bf16, no phase timers")
     parser.add_argument("--cache", default=os.environ.get("DEL_CACHE_DIR", str(Path.home() / ".cache" / "del_core")))
     parser.add_argument("--json", help="write the per-run results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -497,23 +586,36 @@ def parse(argv: list[str]) -> argparse.Namespace:
     args.nprocs = [int(n) for n in args.nprocs.split(",")]
     if args.quick:
         args.rounds, args.steps, args.warmup, args.length = min(args.rounds, 2), 4, 1, 64
+    if args.device == "cuda":
+        args.phases = False  # a phase timer would need a device sync
     if args.steps - args.warmup < 1:
         parser.error("--steps must exceed --warmup")
     return args
 
 
-def main(argv: list[str]) -> None:
-    args = parse(argv)
-    if args.worker:
-        worker(RunSpec(**json.loads(args.worker)), Path(args.out))
-        return
-    started = time.time()
+def one_run(args: argparse.Namespace, work: Path, spec: RunSpec, round_index: int) -> RunResult:
+    """Launch one run, summarise it and print its progress line."""
+    run_dir = work / f"r{round_index}-{spec.side}-{spec.loss}-{spec.nproc}"
+    result = summarise(spec, launch(spec, args, run_dir), round_index, args.warmup)
+    print(
+        f"round {round_index + 1}/{args.rounds} {spec.side:7s} {spec.loss} x{spec.nproc}: step {result.step_s:.3f} s "
+        f"(cpu {result.cpu_s:.3f} s), peak {result.peak_gb:.2f} GB (after set-up {result.setup_gb:.2f}), "
+        f"load {os.getloadavg()[0]:.1f}",
+        file=sys.stderr,
+        flush=True,
+    )
+    return result
+
+
+def measure(args: argparse.Namespace) -> list[RunResult]:
+    """Every run of the rounds, in the order run (progress lines on stderr)."""
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="step_profile_") as tmp:
         work = Path(tmp)
         model, rows = prepare(args, work)
         print(
-            f"# step_profile: {'quick (tiny model)' if args.quick else model}, ZeRO-{args.zero}, fp32, "
+            f"# step_profile: {'quick (tiny model)' if args.quick else model}, ZeRO-{args.zero}, "
+            f"{'bf16 on cuda' if args.device == 'cuda' else 'fp32 on CPU'}, "
             f"{args.length} tokens x global batch {args.batch} (micro {args.micro}), {args.steps} steps "
             f"({args.warmup} warm-up), {args.rounds} rounds, {args.threads} thread(s) per rank, load "
             f"{os.getloadavg()[0]:.1f}",
@@ -523,23 +625,29 @@ def main(argv: list[str]) -> None:
         for round_index in range(args.rounds):
             for nproc in args.nprocs:
                 for loss in args.losses:
-                    order = SIDES if round_index % 2 == 0 else SIDES[::-1]
-                    for side in order:
+                    for side in SIDES if round_index % 2 == 0 else SIDES[::-1]:
+                        phases = args.phases and side == "trainer"
                         spec = RunSpec(
                             side, loss, nproc, model, rows, args.cache, args.length, args.batch, args.micro,
-                            args.steps, args.zero, args.del_weight, args.phases and side == "trainer",
+                            args.steps, args.zero, args.del_weight, phases, args.device,
                         )  # fmt: skip
-                        run_dir = work / f"r{round_index}-{side}-{loss}-{nproc}"
-                        result = summarise(spec, launch(spec, args, run_dir), round_index, args.warmup)
-                        results.append(result)
-                        print(
-                            f"round {round_index + 1}/{args.rounds} {side:7s} {loss} x{nproc}: step "
-                            f"{result.step_s:.3f} s, peak {result.peak_gb:.2f} GB (after set-up "
-                            f"{result.setup_gb:.2f}), load {os.getloadavg()[0]:.1f}",
-                            file=sys.stderr,
-                            flush=True,
-                        )
-    print(tables(results, args))
+                        results.append(one_run(args, work, spec, round_index))
+    return results
+
+
+def main(argv: list[str]) -> None:
+    args = parse(argv)
+    if args.worker:
+        worker(RunSpec(**json.loads(args.worker)), Path(args.out))
+        return
+    started = time.time()
+    results = measure(args)
+    print(tables(results))
+    differences = config_differences(results)
+    same = "the same (up to " + ", ".join(SAME_MEANING) + ": written differently, same meaning)"
+    print("\nDeepSpeed config the engines got, trainer vs hf: " + (same if not differences else "differs:"))
+    for line in differences:
+        print("  " + line)
     print(f"\n({time.time() - started:.0f} s in all; command: python tests/bench/step_profile.py {' '.join(argv)})")
     if args.json:
         Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=1))
