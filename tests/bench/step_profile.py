@@ -38,13 +38,13 @@ synchronous, so a timer adds no sync and measures its phase exactly:
   counts    ``step_counts`` (the global normalisers, all-reduced)
   forward   the model's forward (``objective.lm``)
   loss      the loss (``loss_on_path``, in the objective's forward)
-  engine    the rest of DeepSpeed's forward (hooks) and the host-to-device copies
-  backward  ``engine.backward``
-  optimizer ``engine.step`` (gradient reduction at the boundary, clipping, AdamW, zeroing)
+  engine    the rest of DeepSpeed's forward (its hooks around the module)
+  backward  ``engine.backward`` (with ZeRO-2's gradient hooks: bucketing and reducing as gradients come)
+  optimizer ``engine.step`` (at the boundary: the last buckets, grad norm and clipping, AdamW, zeroing)
   read      ``read_step`` (the one host read of the step)
   logging   the reporter's record and progress line
   bookkeeping ``maybe_evaluate`` + ``maybe_checkpoint`` (nothing due here: the per-step checks)
-  other     the rest of the interval (the loop, the record, the scheduler)
+  other     the rest of the interval (host-to-device copies, summing the metrics, the record, the loop)
 
 On a GPU the timers would need a sync each: use ``--no-phases`` there (the device check does).
 Output: a progress line per run on stderr, the markdown tables on stdout; ``--json`` keeps the
@@ -142,6 +142,7 @@ class RunSpec:
     del_weight: float
     phases: bool
     device: str = "cpu"  # cuda: bf16 on both sides, peak memory from the CUDA allocator
+    trainer_set: tuple[str, ...] = ()  # further recipes/train.py overrides (trainer only)
 
     @property
     def precision(self) -> str:
@@ -182,31 +183,47 @@ class RunSpec:
             "run.report_to=[jsonl]",
             "run.log_every=1",
             "run.overwrite=true",
+            *self.trainer_set,
         ]
 
 
+CLOCKS = ("wall", "cpu")  # the phase split in wall seconds and in this process's CPU seconds
+
+
 class PhaseTimers:
-    """Seconds per phase, accumulated by wrappers around the trainer's calls (rank 0 reads them)."""
+    """Seconds per phase on both clocks, accumulated by wrappers around the trainer's calls."""
 
     def __init__(self) -> None:
-        self.seconds = dict.fromkeys(PHASES, 0.0)
-        self.steps: list[dict[str, float]] = []
+        self.seconds = {kind: dict.fromkeys(PHASES, 0.0) for kind in CLOCKS}
+        self.steps: list[dict[str, dict[str, float]]] = []
+
+    def add(self, phase: str, started: tuple[float, float]) -> None:
+        for kind, now, then in zip(CLOCKS, clock(), started):
+            self.seconds[kind][phase] += now - then
+
+    def inner(self) -> tuple[float, float]:
+        """The forward and loss seconds so far on both clocks (the engine's forward holds them)."""
+        return tuple(self.seconds[kind]["forward"] + self.seconds[kind]["loss"] for kind in CLOCKS)
 
     def wrap(self, phase: str, fn: Any) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            started = clock()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[phase] += time.perf_counter() - started
+                self.add(phase, started)
 
         return timed
 
-    def end_step(self, interval_s: float) -> None:
-        phases = dict(self.seconds)
-        phases["other"] = interval_s - sum(v for k, v in phases.items() if k != "other")
-        self.steps.append(phases)
-        self.seconds = dict.fromkeys(PHASES, 0.0)
+    def end_step(self, interval: tuple[float, float]) -> None:
+        """Close a step of ``interval`` (wall, cpu) seconds: "other" is what no phase timed."""
+        step = {}
+        for kind, total in zip(CLOCKS, interval):
+            phases = dict(self.seconds[kind])
+            phases["other"] = total - sum(v for k, v in phases.items() if k != "other")
+            step[kind] = phases
+        self.steps.append(step)
+        self.seconds = {kind: dict.fromkeys(PHASES, 0.0) for kind in CLOCKS}
 
 
 def install_phase_timers(trainer: Any, timers: PhaseTimers) -> None:
@@ -228,13 +245,13 @@ def install_phase_timers(trainer: Any, timers: PhaseTimers) -> None:
     forward = engine.forward
 
     def engine_forward(*args: Any, **kwargs: Any) -> Any:
-        before = timers.seconds["forward"] + timers.seconds["loss"]
-        started = time.perf_counter()
+        before, started = timers.inner(), clock()
         try:
             return forward(*args, **kwargs)
         finally:
-            inner = timers.seconds["forward"] + timers.seconds["loss"] - before
-            timers.seconds["engine"] += time.perf_counter() - started - inner
+            timers.add("engine", started)
+            for kind, now, then in zip(CLOCKS, timers.inner(), before):
+                timers.seconds[kind]["engine"] -= now - then
 
     engine.forward = engine_forward
     engine.backward = timers.wrap("backward", engine.backward)
@@ -271,7 +288,7 @@ def run_trainer(spec: RunSpec, output_dir: str) -> tuple[list, Optional[PhaseTim
             trainer.maybe_checkpoint()
             ends.append(clock())
             if timers is not None:
-                timers.end_step(ends[-1][0] - ends[-2][0])
+                timers.end_step((ends[-1][0] - ends[-2][0], ends[-1][1] - ends[-2][1]))
     finally:
         trainer.cleanup()
     return ends, timers, setup_rss, trainer.engine.config
@@ -401,7 +418,7 @@ class RunResult:
     cpu_s: float  # median CPU seconds of rank 0's process per step after the warm-up
     peak_gb: float  # max over ranks
     setup_gb: float
-    phases: Optional[dict[str, float]]  # median per phase over the timed steps (trainer, rank 0)
+    phases: Optional[dict[str, dict[str, float]]]  # clock -> phase -> median over the timed steps (trainer, rank 0)
     ds_config: dict  # the config DeepSpeed's engine got (rank 0)
 
 
@@ -439,7 +456,7 @@ def summarise(spec: RunSpec, ranks: dict, round_index: int, warmup: int) -> RunR
     phases = None
     if main["phases"]:
         steps = main["phases"][warmup:]
-        phases = {name: statistics.median(step[name] for step in steps) for name in PHASES}
+        phases = {kind: {name: statistics.median(s[kind][name] for s in steps) for name in PHASES} for kind in CLOCKS}
     return RunResult(
         spec.side,
         spec.loss,
@@ -533,16 +550,17 @@ def tables(results: list[RunResult]) -> str:
     if phased:
         lines += [
             "",
-            "Trainer phase split (rank 0, median seconds per step over the timed steps, then over rounds):",
+            "Trainer phase split (rank 0; wall and CPU seconds per step: median over timed steps, then rounds):",
             "",
         ]
-        lines.append("| loss | procs | " + " | ".join(PHASES) + " | step |")
-        lines.append("|---|---|" + "---|" * (len(PHASES) + 1))
+        lines.append("| loss | procs | clock | " + " | ".join(PHASES) + " | step |")
+        lines.append("|---|---|---|" + "---|" * (len(PHASES) + 1))
         for loss, nproc in ((c["loss"], c["nproc"]) for c in summaries):
             runs = [r for r in phased if (r.loss, r.nproc) == (loss, nproc)]
-            values = [statistics.median(r.phases[name] for r in runs) for name in PHASES]
-            total = statistics.median(r.step_s for r in runs)
-            lines.append(f"| {loss} | {nproc} | " + " | ".join(f"{v:.3f}" for v in values) + f" | {total:.3f} |")
+            for kind, step in (("wall", [r.step_s for r in runs]), ("cpu", [r.cpu_s for r in runs])):
+                values = [statistics.median(r.phases[kind][name] for r in runs) for name in PHASES]
+                cells = " | ".join(f"{v:.3f}" for v in values)
+                lines.append(f"| {loss} | {nproc} | {kind} | {cells} | {statistics.median(step):.3f} |")
     return "\n".join(lines)
 
 
@@ -578,6 +596,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-phases", dest="phases", action="store_false")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: bf16, no phase timers")
     parser.add_argument("--cache", default=os.environ.get("DEL_CACHE_DIR", str(Path.home() / ".cache" / "del_core")))
+    parser.add_argument(
+        "--trainer-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a further recipes/train.py override of the trainer side (repeatable): run.report_to=[jsonl,tensorboard]",
+    )
     parser.add_argument("--json", help="write the per-run results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -629,7 +654,7 @@ def measure(args: argparse.Namespace) -> list[RunResult]:
                         phases = args.phases and side == "trainer"
                         spec = RunSpec(
                             side, loss, nproc, model, rows, args.cache, args.length, args.batch, args.micro,
-                            args.steps, args.zero, args.del_weight, phases, args.device,
+                            args.steps, args.zero, args.del_weight, phases, args.device, tuple(args.trainer_set),
                         )  # fmt: skip
                         results.append(one_run(args, work, spec, round_index))
     return results

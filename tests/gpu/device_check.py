@@ -861,6 +861,7 @@ def headline_trainer_vs_hf(results: dict) -> dict:
     for cell in results["cells"]:
         name = f"{cell['loss']}_x{cell['nproc']}"
         headline[f"{name}_time_ratio"] = cell["time_ratio"]["median"]
+        headline[f"{name}_cpu_time_ratio"] = cell["cpu_time_ratio"]["median"]
         headline[f"{name}_memory_ratio"] = cell["memory_ratio"]["median"]
         headline[f"{name}_trainer_step_s"] = cell["trainer_step_s"]["median"]
         headline[f"{name}_hf_step_s"] = cell["hf_step_s"]["median"]
