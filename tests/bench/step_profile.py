@@ -18,7 +18,7 @@ runs ``--steps`` optimizer steps of one side:
 The same on both sides: the model (``load_model``: fp32, sdpa attention, no gradient
 checkpointing), the rows (Alpaca rows with numbers, all cut to exactly ``--length`` tokens by
 the trainer's own tokenisation; the HF side gets the same examples with its unshifted labels),
-global batch ``--batch`` = micro ``--micro`` x accumulation x processes, torch AdamW (foreach;
+global batch ``--batch`` = micro ``--micro`` x accumulation x processes, torch AdamW (fused;
 lr, betas, eps, weight decay alike), gradient clipping 1.0, the loss normalised over the global
 batch's target tokens (and digits for DEL), DEL's lambda fixed (``--del-weight``).
 
@@ -343,7 +343,7 @@ def run_hf(spec: RunSpec, output_dir: str) -> tuple[list, None, float, dict]:
         max_grad_norm=1.0,
         lr_scheduler_type="cosine",
         warmup_steps=0,
-        optim="adamw_torch",
+        optim="adamw_torch_fused",  # transformers' default; the trainer's torch_adamw is fused too
         deepspeed=str(REPO / "ds_configs" / f"zero{spec.zero}.json"),
         logging_steps=1,
         save_strategy="no",
@@ -506,11 +506,11 @@ def cell_summaries(results: list[RunResult]) -> list[dict]:
     cells = sorted({(r.loss, r.nproc) for r in results}, key=lambda c: (c[1], c[0] != "mle", c[0]))
     summaries = []
     for loss, nproc in cells:
-        ours, theirs = (
-            sorted((r for r in results if (r.side, r.loss, r.nproc) == (side, loss, nproc)), key=lambda r: r.round)
-            for side in SIDES
-        )
-        pairs = list(zip(ours, theirs))
+        cell = [r for r in results if (r.loss, r.nproc) == (loss, nproc)]
+        ours, theirs = ({r.round: r for r in cell if r.side == side} for side in SIDES)
+        pairs = [(ours[i], theirs[i]) for i in sorted(set(ours) & set(theirs))]  # the rounds with both sides
+        if not pairs:
+            continue
         summaries.append(
             {
                 "loss": loss,
@@ -603,7 +603,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="a further recipes/train.py override of the trainer side (repeatable): run.report_to=[jsonl,tensorboard]",
     )
-    parser.add_argument("--json", help="write the per-run results here")
+    parser.add_argument("--json", help="write the per-run results here (rewritten after every run)")
+    parser.add_argument("--report", help="print the tables of a --json file (of a finished or interrupted table)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -657,6 +658,8 @@ def measure(args: argparse.Namespace) -> list[RunResult]:
                             args.steps, args.zero, args.del_weight, phases, args.device, tuple(args.trainer_set),
                         )  # fmt: skip
                         results.append(one_run(args, work, spec, round_index))
+                        if args.json:  # after every run: an interrupted table keeps its finished runs
+                            Path(args.json).write_text(json.dumps([r.__dict__ for r in results], indent=1))
     return results
 
 
@@ -664,6 +667,9 @@ def main(argv: list[str]) -> None:
     args = parse(argv)
     if args.worker:
         worker(RunSpec(**json.loads(args.worker)), Path(args.out))
+        return
+    if args.report:
+        print(tables([RunResult(**run) for run in json.loads(Path(args.report).read_text())]))
         return
     started = time.time()
     results = measure(args)
