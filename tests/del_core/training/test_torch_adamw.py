@@ -13,7 +13,8 @@ def _groups(params: list[torch.nn.Parameter]) -> list[dict]:
 
 def _params(seed: int) -> list[torch.nn.Parameter]:
     generator = torch.Generator().manual_seed(seed)
-    return [torch.nn.Parameter(torch.randn(64, 32, generator=generator)), torch.nn.Parameter(torch.randn(32))]
+    shapes = ((64, 32), (32,))
+    return [torch.nn.Parameter(torch.randn(shape, generator=generator)) for shape in shapes]
 
 
 def test_cpu_parameters_get_the_fused_kernel_with_the_for_loops_update():
