@@ -1,6 +1,8 @@
 """The training recipe's optimizer step vs ``transformers.Trainer`` on the same work, and where the step goes.
 
-    python tests/bench/step_profile.py                      # the CPU table (SmolLM2-135M-Instruct)
+    python tests/bench/step_profile.py                      # the CPU table (SmolLM2-135M-Instruct): 24 runs,
+                                                            # about 15 minutes on 2 quiet cores
+    python tests/bench/step_profile.py --report runs.json   # the tables of a --json file (also an interrupted one)
     python tests/bench/step_profile.py --quick              # a tiny model, ~1-2 minutes (the CI smoke test)
     python tests/bench/step_profile.py --zero 3 --losses del --nprocs 1 --rounds 5 --json out.json
 
