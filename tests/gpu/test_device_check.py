@@ -1,4 +1,4 @@
-"""The device check's one command in its CPU ``--smoke`` mode (tiny shapes, ~1 minute on 2 cores), so
+"""The device check's one command in its CPU ``--smoke`` mode (tiny shapes, ~2 minutes on 2 cores), so
 that it is known to work before a GPU is lent: every section runs, has its headline figures as
 finite numbers and no error, and both reports are written."""
 
