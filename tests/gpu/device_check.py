@@ -1176,7 +1176,7 @@ def _section_list(text: str) -> list[str]:
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU (the CI test), < ~90 s")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU (the CI test), ~2 minutes")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: $OUT, else device_check_out/)")
     parser.add_argument(
         "--sections", type=_section_list, default=list(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}"
