@@ -81,6 +81,24 @@ def parameter_groups(objective: torch.nn.Module, weight_decay: float) -> list[di
     return [g for g in groups if g["params"]]
 
 
+# The devices torch has a fused AdamW kernel for (torch >= 2.4): transformers.Trainer's default
+# optimizer ("adamw_torch_fused") uses it.
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+
+
+def torch_adamw(groups: list[dict], lr: float, betas: tuple[float, float], eps: float) -> torch.optim.AdamW:
+    """torch's AdamW over ``groups``, fused (one pass over each tensor, no full-size temporaries)
+    when every parameter lies on a device with the fused kernel, else torch's default for-loop.
+
+    On CPU the fused step of a 135M-parameter model takes about a fifth of the for-loop's time and
+    none of its temporaries (the for-loop holds two fp32 copies of the largest group at its peak).
+    The update is AdamW either way; the kernels may round differently in the last bit.
+    """
+    devices = {p.device.type for group in groups for p in group["params"]}
+    fused = bool(devices) and devices <= set(FUSED_ADAMW_DEVICES)
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
+
+
 def initialize(
     objective: CausalLMObjective,
     config: TrainConfig,
@@ -89,14 +107,15 @@ def initialize(
     use_ds_optimizer: bool,
     mpu: Any = None,
 ) -> tuple[Any, Any]:
-    """(engine, LR scheduler): DeepSpeed's AdamW when ``use_ds_optimizer``, torch AdamW otherwise,
-    and the warm-up cosine schedule of :mod:`del_core.training.schedule`; ``mpu``: the Ulysses
-    groups of :func:`register_sequence_parallel` (None without sequence parallelism)."""
+    """(engine, LR scheduler): DeepSpeed's AdamW when ``use_ds_optimizer``, torch AdamW
+    (:func:`torch_adamw`) otherwise, and the warm-up cosine schedule of
+    :mod:`del_core.training.schedule`; ``mpu``: the Ulysses groups of
+    :func:`register_sequence_parallel` (None without sequence parallelism)."""
     import deepspeed
 
     opt = config.optimizer
     groups = parameter_groups(objective, opt.weight_decay)
-    optimizer = None if use_ds_optimizer else torch.optim.AdamW(groups, lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps)
+    optimizer = None if use_ds_optimizer else torch_adamw(groups, opt.lr, tuple(opt.betas), opt.eps)
 
     def make_scheduler(built: torch.optim.Optimizer):
         return lr_scheduler(built, total_steps, opt.warmup_ratio, opt.min_lr_ratio)

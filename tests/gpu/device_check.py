@@ -14,7 +14,9 @@ Sections (see tests/gpu/README.md for what each figure means):
   optimizer step of the Trainer, by origin package;
 * ``train_smollm2``  recipes/train.py with loss=mle and loss=del: median tokens/s and their ratio;
 * ``qwen_1p5b_step`` one forward+backward of a random Qwen2.5-1.5B-shaped model through
-  CausalLMObjective, loss_path logits vs chunked: step time and peak memory.
+  CausalLMObjective, loss_path logits vs chunked: step time and peak memory;
+* ``trainer_vs_hf``  recipes/train.py's trainer vs transformers.Trainer on the same work
+  (tests/bench/step_profile.py): step time and peak memory ratios, MLE and DEL.
 
 The report (``device_check.json`` + ``device_check.md`` in ``--out``, default ``$OUT`` or
 ``device_check_out/``) is rewritten before and after every section, so a run killed at its time
@@ -114,6 +116,8 @@ class Plan:
     qwen_batch: tuple[int, int] = (4, 2048)
     qwen_repeats: int = 5
     qwen_warmup: int = 1
+    # trainer_vs_hf: tests/bench/step_profile.py's arguments (the model is added by the section)
+    profile_args: tuple[str, ...] = ()
     # seconds a section is expected to take; a section starts only when that much budget is left
     estimates_s: dict = field(default_factory=dict)
     default_budget_s: float = 480.0
@@ -157,8 +161,26 @@ class Plan:
             qwen_batch=(4, 2048),
             qwen_repeats=5,
             qwen_warmup=1,
-            estimates_s=dict(loss_overhead=40, chunked_memory=40, host_syncs=90, train_smollm2=180, qwen_1p5b_step=90),
-            default_budget_s=480.0,
+            profile_args=(
+                "--device=cuda",
+                "--losses=mle,del",
+                "--nprocs=1",
+                "--rounds=1",
+                "--steps=10",
+                "--warmup=4",
+                "--length=512",
+                "--batch=16",
+                "--micro=8",
+            ),  # fmt: skip
+            estimates_s=dict(
+                loss_overhead=40,
+                chunked_memory=40,
+                host_syncs=90,
+                train_smollm2=180,
+                qwen_1p5b_step=90,
+                trainer_vs_hf=120,
+            ),
+            default_budget_s=540.0,
         )
 
     @classmethod
@@ -197,7 +219,21 @@ class Plan:
             qwen_batch=(2, 64),
             qwen_repeats=1,
             qwen_warmup=1,
-            estimates_s=dict(loss_overhead=5, chunked_memory=5, host_syncs=20, train_smollm2=40, qwen_1p5b_step=10),
+            profile_args=(
+                "--device=cpu",
+                "--losses=mle",
+                "--nprocs=1",
+                "--rounds=1",
+                "--steps=3",
+                "--warmup=1",
+                "--length=64",
+                "--batch=4",
+                "--micro=2",
+                "--no-phases",
+            ),  # fmt: skip
+            estimates_s=dict(
+                loss_overhead=5, chunked_memory=5, host_syncs=20, train_smollm2=40, qwen_1p5b_step=10, trainer_vs_hf=40
+            ),
             default_budget_s=300.0,
         )
 
@@ -794,12 +830,51 @@ def headline_qwen_1p5b_step(results: dict) -> dict:
     }
 
 
+# --- section 6: trainer_vs_hf ----------------------------------------------------------------------
+def section_trainer_vs_hf(ctx: Context) -> dict:
+    """tests/bench/step_profile.py: the recipe's trainer vs transformers.Trainer (DELTrainer for
+    del), the same model, rows, batch, ZeRO-2 file and torch AdamW, each run a fresh process."""
+    import step_profile
+
+    if ctx.on_gpu:
+        model, description = _smollm2_source(ctx)
+    else:
+        model, description = str(tiny_qwen2(ctx)), "tiny random Qwen2 (2 layers, hidden 32), real Qwen2 tokenizer"
+    argv = [*ctx.plan.profile_args, f"--model={model}", f"--cache={ctx.work_dir / 'profile-cache'}"]
+    if model == "smollm2":
+        argv.pop()  # the project's cache of the converted GGUF model
+    args = step_profile.parse(argv)
+    results = step_profile.measure(args)
+    cells = step_profile.cell_summaries(results)
+    return {
+        "model": description,
+        "argv": argv,
+        "cells": cells,
+        "runs": [{k: v for k, v in r.__dict__.items() if k != "ds_config"} for r in results],
+        "ds_config_differences": step_profile.config_differences(results),
+        "table": step_profile.tables(results),
+    }
+
+
+def headline_trainer_vs_hf(results: dict) -> dict:
+    headline = {}
+    for cell in results["cells"]:
+        name = f"{cell['loss']}_x{cell['nproc']}"
+        headline[f"{name}_time_ratio"] = cell["time_ratio"]["median"]
+        headline[f"{name}_cpu_time_ratio"] = cell["cpu_time_ratio"]["median"]
+        headline[f"{name}_memory_ratio"] = cell["memory_ratio"]["median"]
+        headline[f"{name}_trainer_step_s"] = cell["trainer_step_s"]["median"]
+        headline[f"{name}_hf_step_s"] = cell["hf_step_s"]["median"]
+    return headline
+
+
 SECTIONS: dict[str, tuple[Callable[[Context], dict], Callable[[dict], dict]]] = {
     "loss_overhead": (section_loss_overhead, headline_loss_overhead),
     "chunked_memory": (section_chunked_memory, headline_chunked_memory),
     "host_syncs": (section_host_syncs, headline_host_syncs),
     "train_smollm2": (section_train_smollm2, headline_train_smollm2),
     "qwen_1p5b_step": (section_qwen_1p5b_step, headline_qwen_1p5b_step),
+    "trainer_vs_hf": (section_trainer_vs_hf, headline_trainer_vs_hf),
 }
 
 
@@ -1012,12 +1087,24 @@ def _details_qwen_1p5b_step(results: dict) -> list[str]:
     return lines
 
 
+def _details_trainer_vs_hf(results: dict) -> list[str]:
+    differences = results["ds_config_differences"]
+    return [
+        f"{results['model']}; `python tests/bench/step_profile.py {' '.join(results['argv'])}`.",
+        "",
+        results["table"],
+        "",
+        "DeepSpeed config, trainer vs hf: " + ("the same" if not differences else "; ".join(differences)),
+    ]
+
+
 DETAILS = {
     "loss_overhead": _details_loss_overhead,
     "chunked_memory": _details_chunked_memory,
     "host_syncs": _details_host_syncs,
     "train_smollm2": _details_train_smollm2,
     "qwen_1p5b_step": _details_qwen_1p5b_step,
+    "trainer_vs_hf": _details_trainer_vs_hf,
 }
 
 
@@ -1089,7 +1176,7 @@ def _section_list(text: str) -> list[str]:
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU (the CI test), < ~90 s")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes on CPU (the CI test), ~2 minutes")
     parser.add_argument("--out", type=Path, default=None, help="report folder (default: $OUT, else device_check_out/)")
     parser.add_argument(
         "--sections", type=_section_list, default=list(SECTIONS), help=f"comma-separated subset of {','.join(SECTIONS)}"

@@ -1,4 +1,4 @@
-"""The device check's one command in its CPU ``--smoke`` mode (tiny shapes, ~1 minute on 2 cores), so
+"""The device check's one command in its CPU ``--smoke`` mode (tiny shapes, ~2 minutes on 2 cores), so
 that it is known to work before a GPU is lent: every section runs, has its headline figures as
 finite numbers and no error, and both reports are written."""
 
@@ -19,7 +19,7 @@ import torch
 from helpers.shared import shared_dir
 from helpers.training import REPO
 
-SECTIONS = ("loss_overhead", "chunked_memory", "host_syncs", "train_smollm2", "qwen_1p5b_step")
+SECTIONS = ("loss_overhead", "chunked_memory", "host_syncs", "train_smollm2", "qwen_1p5b_step", "trainer_vs_hf")
 # The figures of each section that a GPU run fills in (tests/gpu/README.md).
 HEADLINES = {
     "loss_overhead": ("del_vs_mle_N256", "del_vs_ce_N512", "ce_ms_N256", "mle_ms_N512", "del_ms_N512"),
@@ -27,6 +27,7 @@ HEADLINES = {
     "host_syncs": ("del_dense_fwd_bwd_syncs", "del_chunked_fwd_bwd_syncs", "trainer_step_syncs"),
     "train_smollm2": ("mle_tokens_per_s", "del_tokens_per_s", "del_vs_mle_tokens_per_s"),
     "qwen_1p5b_step": ("logits_step_ms", "chunked_step_ms", "logits_peak_gb", "chunked_vs_logits_memory"),
+    "trainer_vs_hf": ("mle_x1_time_ratio", "mle_x1_memory_ratio", "mle_x1_trainer_step_s", "mle_x1_hf_step_s"),
 }
 
 
@@ -87,6 +88,9 @@ def test_reports_are_written(smoke_report):
     assert syncs["total"] == sum(syncs["by_package"].values()) and syncs["top_origins"]
     runs = smoke_report["sections"]["train_smollm2"]["results"]["runs"]
     assert runs["mle"]["steps"] == runs["del"]["steps"] == 2
+    profile = smoke_report["sections"]["trainer_vs_hf"]["results"]
+    assert [(r["side"], r["loss"], r["nproc"]) for r in profile["runs"]] == [("trainer", "mle", 1), ("hf", "mle", 1)]
+    assert "| mle | 1 |" in profile["table"] and profile["ds_config_differences"] == []
 
 
 def _device_check_module():
