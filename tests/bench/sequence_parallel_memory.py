@@ -71,12 +71,29 @@ class Point:
     rss_bytes: list[list[int]]
 
 
+def qwen2_config(shape: ModelShape, max_len: int, tied: bool, **extra):
+    """The transformers Qwen2Config of ``shape`` (positions up to ``max_len``; ``extra`` on top)."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=max_len,
+        tie_word_embeddings=tied,
+        **extra,
+    )
+
+
 def save_char_model(directory: Path, shape: ModelShape, max_len: int) -> Path:
     """A random Qwen2 of ``shape`` with a character-level tokenizer (printable ASCII, one token per
     character: the digits and '.' are single tokens), saved as a Hugging Face directory."""
     import torch
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + tuple(TOKEN_CHARS))}
     if len(vocab) != shape.vocab:
@@ -86,15 +103,10 @@ def save_char_model(directory: Path, shape: ModelShape, max_len: int) -> Path:
     core.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>")
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=shape.vocab,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        max_position_embeddings=max_len,
-        tie_word_embeddings=shape.tied_embeddings,
+    config = qwen2_config(
+        shape,
+        max_len,
+        shape.tied_embeddings,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
@@ -286,21 +298,11 @@ def measure_one_process(shape: ModelShape, seq_len: int, dtype, checkpointing: b
     import torch
     from bench_common import QWEN2_VOCAB, make_labels
     from live_bytes import peak_live_bytes
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM
 
     from del_core import build_loss
 
-    config = Qwen2Config(
-        vocab_size=shape.vocab,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
-        max_position_embeddings=seq_len,
-        tie_word_embeddings=False,
-        use_cache=False,
-    )
+    config = qwen2_config(shape, seq_len, tied=False, use_cache=False)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(config).to(dtype).train()

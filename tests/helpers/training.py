@@ -113,6 +113,54 @@ def run_train(
     return proc
 
 
+class LazyRuns:
+    """Finished ``recipes/train.py`` runs by name, each run once on first use (the value of a
+    module-scoped fixture): ``runs(name, nproc, **overrides)`` is the output folder of the run of
+    ``base`` + ``overrides`` in ``nproc`` processes, ``runs.procs(name)`` its CompletedProcess."""
+
+    def __init__(self, base: dict, new_dir):
+        self.base = base
+        self.new_dir = new_dir  # name -> an empty folder (tmp_path_factory.mktemp)
+        self.done: dict[str, tuple[subprocess.CompletedProcess, Path]] = {}
+
+    def __call__(self, name: str, nproc: int, **overrides) -> Path:
+        if name not in self.done:
+            out = self.new_dir(name)
+            self.done[name] = (run_train(nproc, {**self.base, **overrides, "run.output_dir": out}, timeout=600), out)
+        return self.done[name][1]
+
+    def procs(self, name: str) -> subprocess.CompletedProcess:
+        return self.done[name][0]
+
+
+def exported_weights(output_dir: Path) -> dict:
+    """The tensors of OUTPUT_DIR/final/model.safetensors (a run with ``run.export=true``)."""
+    from safetensors.torch import load_file
+
+    return load_file(Path(output_dir) / "final" / "model.safetensors")
+
+
+def assert_same_run(out: Path, reference: Path, rtol: float, grad_norm: bool = False) -> None:
+    """Runs ``out`` and ``reference`` took the same 3 steps: step losses (and with ``grad_norm``
+    the gradient norms) to ``rtol``, exported weights of the same (full, unsharded) shapes to fp32
+    round-off."""
+    import math
+
+    import torch
+
+    got, expected = records(out), records(reference)
+    assert [r["step"] for r in got] == [r["step"] for r in expected] == [1, 2, 3]
+    keys = ("loss", "grad_norm") if grad_norm else ("loss",)
+    for a, b in zip(got, expected):
+        for key in keys:
+            assert math.isclose(a[key], b[key], rel_tol=rtol), (a["step"], key, a[key], b[key])
+    a, b = exported_weights(out), exported_weights(reference)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].shape == b[key].shape, key
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=2e-6)
+
+
 def records(output_dir: Path, kind: str = "train") -> list[dict]:
     path = Path(output_dir) / "metrics.jsonl"
     return [r for r in map(json.loads, path.read_text().splitlines()) if r["kind"] == kind]

@@ -9,14 +9,12 @@ losses to 1e-5 and the exported weights to fp32 round-off.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pytest
-import torch
 
 from helpers.shared import real_tokenizer
-from helpers.training import make_tiny_qwen2, run_train, tiny_run, train_losses
+from helpers.training import LazyRuns, assert_same_run, make_tiny_qwen2, run_train, tiny_run, train_losses
 
 pytestmark = pytest.mark.launches
 
@@ -43,36 +41,8 @@ def base(tiny_model, tmp_path_factory) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(base, tmp_path_factory) -> dict:
-    """Output directories of finished runs, by name (filled lazily)."""
-    done = {}
-
-    def get(name: str, nproc: int, **overrides) -> Path:
-        if name not in done:
-            out = tmp_path_factory.mktemp(name)
-            done[name] = (run_train(nproc, {**base, **overrides, "run.output_dir": out}, timeout=600), out)
-        return done[name][1]
-
-    get.procs = lambda name: done[name][0]
-    return get
-
-
-def _weights(out: Path) -> dict:
-    from safetensors.torch import load_file
-
-    return load_file(out / "final" / "model.safetensors")
-
-
-def _assert_same_run(out: Path, reference: Path) -> None:
-    got, expected = train_losses(out), train_losses(reference)
-    assert got.keys() == expected.keys() == {1, 2, 3}
-    for step in got:
-        assert math.isclose(got[step], expected[step], rel_tol=RTOL), (step, got[step], expected[step])
-    a, b = _weights(out), _weights(reference)
-    assert a.keys() == b.keys()
-    for key in a:
-        assert a[key].shape == b[key].shape, key  # the export gathered the full (unsharded) weights
-        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=2e-6)
+def runs(base, tmp_path_factory) -> LazyRuns:
+    return LazyRuns(base, tmp_path_factory.mktemp)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +59,7 @@ def test_tensor_parallel_equals_single_process(runs, name, tp, extra):
     log = runs.procs(name).stdout
     assert f"tensor parallel {tp} x data parallel {4 // tp}" in log
     assert f"LM head columns [0, {151936 // tp})" in log  # rank 0 holds the first vocab shard only
-    _assert_same_run(out, reference)
+    assert_same_run(out, reference, RTOL)
 
 
 def test_emo_under_tensor_parallelism_equals_single_process(runs):
@@ -99,7 +69,7 @@ def test_emo_under_tensor_parallelism_equals_single_process(runs):
     reference = runs("tp1_emo", 1, **emo)
     out = runs("tp2_dp2_zero3_emo", 4, **{"parallel.tp": 2}, **emo)
     assert "LM head columns [0, 75968)" in runs.procs("tp2_dp2_zero3_emo").stdout
-    _assert_same_run(out, reference)
+    assert_same_run(out, reference, RTOL)
 
 
 def test_resume_from_a_tensor_parallel_checkpoint(runs, base, tmp_path):
@@ -114,7 +84,7 @@ def test_resume_from_a_tensor_parallel_checkpoint(runs, base, tmp_path):
     assert "continuing from" in proc.stdout and "(step 2)" in proc.stdout
     resumed, expected = train_losses(out), train_losses(straight)
     assert resumed[3] == expected[3], (resumed[3], expected[3])
-    _assert_same_run(out, runs("tp1", 1))
+    assert_same_run(out, runs("tp1", 1), RTOL)
 
 
 def test_tp_must_divide_the_world_and_the_heads(base, tmp_path):
