@@ -12,8 +12,11 @@ parallel.sp, then the totals for every sp the model's heads allow.
 import sys
 
 from del_core.config import ConfigError, split_command_line
+from del_core.console import filter_known_warnings
 from del_core.training import load_train_config
 from del_core.training.memory_model import estimate, model_shape_of, sequence_parallel_problem, train_shape_of
+
+filter_known_warnings()
 
 GB = 1e9
 
