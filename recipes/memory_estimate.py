@@ -13,8 +13,9 @@ import sys
 
 from del_core.config import ConfigError, split_command_line
 from del_core.console import filter_known_warnings
+from del_core.parallel import sequence_head_problem
 from del_core.training import load_train_config
-from del_core.training.memory_model import estimate, model_shape_of, sequence_parallel_problem, train_shape_of
+from del_core.training.memory_model import estimate, model_shape_of, train_shape_of
 
 filter_known_warnings()
 
@@ -34,7 +35,9 @@ def main(argv: list[str]) -> int:
     for name, value in estimate(model, train).rows():
         print(f"  {name:<22} {value / GB:8.2f} GB")
     print(f"per-rank total for each sp the heads allow (world {world}):")
-    for sp in (s for s in (1, 2, 4, 8, 16) if world % s == 0 and not sequence_parallel_problem(model, s)):
+    for sp in (s for s in (1, 2, 4, 8, 16) if world % s == 0):
+        if sequence_head_problem(model.heads, model.kv_heads, sp):
+            continue
         print(f"  sp={sp:<3} {estimate(model, train_shape_of(config, world, sp)).total / GB:8.2f} GB")
     return 0
 

@@ -19,6 +19,7 @@ from .dims import (
     gather_vocab_shards,
     local_main_first,
     max_over,
+    sequence_head_problem,
     sum_named,
     sum_over,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "barrier",
     "check_head_counts",
     "check_sequence_head_counts",
+    "sequence_head_problem",
     "copy_to_tensor_parallel_region",
     "count_collectives",
     "destroy",

@@ -99,28 +99,38 @@ def _data_parallel_group_over_shards(world: int, rank: int, sp: int) -> Any:
     return mine
 
 
-def check_head_counts(model_config: Any, tp: int) -> None:
-    """Attention is split by heads: ``tp`` must divide the query and key-value head counts."""
+def _head_counts(model_config: Any) -> tuple[Optional[int], Optional[int]]:
+    """(attention heads, key-value heads) of a transformers config (its text config when it has
+    one); the key-value count defaults to the attention count, None where the config has none."""
     text = getattr(model_config, "text_config", None) or model_config
     heads = getattr(text, "num_attention_heads", None)
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+    return heads, getattr(text, "num_key_value_heads", None) or heads
+
+
+def check_head_counts(model_config: Any, tp: int) -> None:
+    """Attention is split by heads: ``tp`` must divide the query and key-value head counts."""
+    heads, kv_heads = _head_counts(model_config)
     for count, what in ((heads, "attention"), (kv_heads, "key-value")):
         if count is not None and count % tp:
             raise ParallelLayoutError(f"parallel.tp={tp} must divide the model's {count} {what} heads")
 
 
-def check_sequence_head_counts(model_config: Any, sp: int) -> None:
-    """Ulysses gives each rank of a sequence-parallel group 1/sp of the heads: ``sp`` must divide
-    the query head count, and divide or be a multiple of the key-value head count (replicated)."""
-    text = getattr(model_config, "text_config", None) or model_config
-    heads = getattr(text, "num_attention_heads", None)
-    kv_heads = getattr(text, "num_key_value_heads", None) or heads
+def sequence_head_problem(heads: Optional[int], kv_heads: Optional[int], sp: int) -> Optional[str]:
+    """Why Ulysses cannot give each rank of a sequence-parallel group of ``sp`` its share of the
+    heads (heads / sp query heads; kv_heads / sp key-value heads, or one replicated when sp is a
+    multiple of them), or None when it can. A count of None is not checked."""
     if heads is not None and heads % sp:
-        raise ParallelLayoutError(f"parallel.sp={sp} must divide the model's {heads} attention heads")
+        return f"parallel.sp={sp} must divide the model's {heads} attention heads"
     if kv_heads is not None and kv_heads % sp and sp % kv_heads:
-        raise ParallelLayoutError(
-            f"parallel.sp={sp} must divide the model's {kv_heads} key-value heads or be a multiple of them"
-        )
+        return f"parallel.sp={sp} must divide the model's {kv_heads} key-value heads or be a multiple of them"
+    return None
+
+
+def check_sequence_head_counts(model_config: Any, sp: int) -> None:
+    """Ulysses splits attention by heads: :func:`sequence_head_problem` of the model's head counts."""
+    problem = sequence_head_problem(*_head_counts(model_config), sp)
+    if problem is not None:
+        raise ParallelLayoutError(problem)
 
 
 def sum_named(values: Mapping[str, torch.Tensor | float], device: torch.device, group: Any = None) -> dict[str, float]:

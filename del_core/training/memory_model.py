@@ -122,16 +122,6 @@ def model_shape_of(name: str) -> ModelShape:
     raise ValueError(f"model.name {name}: no config.json there and not one of {', '.join(KNOWN_MODELS)}")
 
 
-def sequence_parallel_problem(model: ModelShape, sp: int) -> Optional[str]:
-    """Why Ulysses cannot split ``model``'s attention over ``sp`` ranks (each rank takes heads / sp
-    query heads, and kv_heads / sp key-value heads or one repeated head), or None when it can."""
-    if model.heads % sp:
-        return f"{model.heads} attention heads are not divisible by sp={sp}"
-    if model.kv_heads % sp and sp % model.kv_heads:
-        return f"{model.kv_heads} key-value heads and sp={sp}: neither divides the other"
-    return None
-
-
 @dataclass(frozen=True)
 class TrainShape:
     """How one optimizer micro-step runs: sequence length, parallel layout, dtype, memory savers."""
