@@ -307,12 +307,11 @@ class DELTrainerMixin:
         if self._del_sp == 1:
             return processes
         from del_core.config import ConfigError
-        from del_core.parallel import ParallelDims
         from del_core.training.engine import gradient_divisor
 
-        dims = ParallelDims(world=processes, rank=0, tp=1, dp=processes // self._del_sp, dp_rank=0, sp=self._del_sp)
+        ds_config = self.accelerator.state.deepspeed_plugin.deepspeed_config
         try:
-            return gradient_divisor(self.accelerator.state.deepspeed_plugin.deepspeed_config, dims)
+            return gradient_divisor(ds_config, processes // self._del_sp, self._del_sp)
         except ConfigError as error:
             raise UnsupportedSetupError(
                 f"the del_core loss cannot train with sp_size={self._del_sp}: {error}"

@@ -162,26 +162,27 @@ def register_sequence_parallel(model: Any, attn_implementation: str, sp: int, mi
     )
 
 
-def gradient_divisor(ds_config: dict, dims: ParallelDims) -> int:
-    """The rank count DeepSpeed divides the summed gradients by: the trainer multiplies each loss
-    by it, so that the update follows the plain sum over ranks and micro-batches.
+def gradient_divisor(ds_config: dict, dp: int, sp: int) -> int:
+    """The rank count DeepSpeed divides the summed gradients by, for ``dp`` data-parallel ranks
+    and sequence-parallel groups of ``sp``: the trainer multiplies each loss by it, so that the
+    update follows the plain sum over ranks and micro-batches.
 
     Without sequence parallelism: the data-parallel ranks. Under Ulysses DeepSpeed sums over all
     dp x sp ranks; ZeRO-1/2 divide by dp (``world / sequence_parallel_size``), ZeRO-3's
     reduce-scatter by the whole dp x sp group, while its other path (``reduce_scatter: false``)
     divides by dp or by dp x sp bucket by bucket, a mix no loss scale can undo: refused.
     """
-    if dims.sp == 1:
-        return dims.dp
+    if sp == 1:
+        return dp
     zero = ds_config.get("zero_optimization", {})
     if zero.get("stage", 0) != 3:
-        return dims.dp
+        return dp
     if not zero.get("reduce_scatter", True):
         raise ConfigError(
-            f"parallel.sp={dims.sp} with ZeRO-3 needs zero_optimization.reduce_scatter=true in the DeepSpeed "
+            f"parallel.sp={sp} with ZeRO-3 needs zero_optimization.reduce_scatter=true in the DeepSpeed "
             "config: without it DeepSpeed averages the gradients of different buckets over different rank counts"
         )
-    return dims.dp * dims.sp
+    return dp * sp
 
 
 def sequence_parallel_dims(dims: ParallelDims, mpu: Any) -> ParallelDims:

@@ -220,7 +220,7 @@ class Trainer:
         self.stop = StopRequest(announce=self.dims.is_main)
         self.ds_config = build_ds_config(self.config, self.dims.dp, self.runtime.bf16, self.runtime.use_ds_optimizer)
         zero = self.ds_config["zero_optimization"]
-        self._gradient_divisor = ds.gradient_divisor(self.ds_config, self.dims)
+        self._gradient_divisor = ds.gradient_divisor(self.ds_config, self.dims.dp, self.dims.sp)
         self.log(
             f"[run] {self.dims.world} rank(s) on {'GPU' if self.runtime.on_gpu else 'CPU'} = {self._model_parallel()} "
             f"x data parallel {self.dims.dp}, ZeRO-{zero.get('stage')}"

@@ -66,11 +66,11 @@ def _dims(world: int, rank: int, sp: int) -> ParallelDims:
 def test_gradient_divisor_follows_deepspeeds_averaging():
     zero3, zero2 = {"zero_optimization": {"stage": 3}}, {"zero_optimization": {"stage": 2}}
     # ZeRO-3's reduce-scatter divides by every rank of the dp x sp group, ZeRO-2 by dp.
-    assert gradient_divisor(zero3, _dims(8, 5, 2)) == 8
-    assert gradient_divisor(zero2, _dims(8, 5, 2)) == 4
-    assert gradient_divisor(zero3, ParallelDims(4, 0, 2, 2, 0)) == 2  # tp 2 x dp 2: dp
+    assert gradient_divisor(zero3, dp=4, sp=2) == 8
+    assert gradient_divisor(zero2, dp=4, sp=2) == 4
+    assert gradient_divisor(zero3, dp=2, sp=1) == 2  # no sequence parallelism (e.g. tp 2 x dp 2): dp
     with pytest.raises(ConfigError, match="zero_optimization.reduce_scatter=true"):
-        gradient_divisor({"zero_optimization": {"stage": 3, "reduce_scatter": False}}, _dims(4, 0, 2))
+        gradient_divisor({"zero_optimization": {"stage": 3, "reduce_scatter": False}}, dp=2, sp=2)
 
 
 def test_loss_sums_run_over_every_shard():
