@@ -1,4 +1,4 @@
-"""How much memory one rank needs to train a decoder LM on long sequences: a formula, no torch.
+"""How much memory one rank needs to train a decoder LM on long sequences: a formula.
 
     python recipes/memory_estimate.py recipes/configs/qwen2.5-7b-long-traces.yaml
 
@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
+from del_core.losses.loss_path import LOSS_PATHS
+
 if TYPE_CHECKING:
     from del_core.training.config import TrainConfig
 
-LOSS_PATHS = ("logits", "chunked")
-# Per-token statistics the losses keep (log-sum-exp, CE, digit logits and their gradients), as the
-# chunked-loss formula of tests/bench/chunked_loss.py counts them.
+# Per-token statistics the losses keep (log-sum-exp, CE, digit logits and their gradients),
+# measured as ~110 bytes per token at the reduced shapes of tests/bench/chunked_loss.py.
 LOSS_PER_TOKEN_BYTES = 112
 # The dense loss from logits: the [t, V] logits and one fp32 [t, V] buffer (log-softmax / gradient)
 # alive together at its peak (measured 8.00 bytes per token and vocabulary row in fp32, 7.7-7.9 in bf16).
@@ -276,12 +277,23 @@ def loss_peak_bytes(model: ModelShape, train: TrainShape) -> int:
     their gradient cast below fp32) and the backward's [t, H] product; both plus the per-token
     statistics.
     """
-    b, t, v, h = train.dtype_bytes, train.tokens_per_rank, model.vocab, model.hidden
+    t, v = train.tokens_per_rank, model.vocab
     if train.loss_path == "logits":
         return t * v * LOGITS_PATH_BYTES_PER_ENTRY + t * LOSS_PER_TOKEN_BYTES
-    chunk = min(train.chunk_size, t)
-    transient = chunk * v * (FP32 + (b if b != FP32 else 0))
-    return (v * h + t * h) * b + max(transient, t * h * b) + t * LOSS_PER_TOKEN_BYTES
+    return chunked_loss_peak_bytes(t, v, model.hidden, min(train.chunk_size, t), train.dtype_bytes)
+
+
+def chunked_loss_peak_bytes(tokens: int, vocab: int, hidden: int, chunk: int, dtype_bytes: int) -> int:
+    """Peak extra bytes of the chunked loss (``from_hidden`` + backward, any plain-CE loss: MLE,
+    DEL, NTL, DIST2) on ``tokens`` hidden states [tokens, hidden] and an LM-head weight
+    [vocab, hidden] of ``dtype_bytes`` per element: the weight and hidden gradients (alive from the
+    forward to the backward), the larger of one chunk's transient (fp32 logits and, below fp32,
+    their gradient cast to the weight's dtype) and the backward's [tokens, hidden] digit-term
+    product, and the per-token statistics. Checked against exact measurements by
+    ``tests/bench/chunked_loss.py --memory-model`` (docs/results/performance.md)."""
+    b = dtype_bytes
+    transient = chunk * vocab * (FP32 + (b if b != FP32 else 0))
+    return (vocab * hidden + tokens * hidden) * b + max(transient, tokens * hidden * b) + tokens * LOSS_PER_TOKEN_BYTES
 
 
 def model_state_bytes(model: ModelShape, train: TrainShape) -> tuple[int, int, int, int]:

@@ -53,12 +53,13 @@ from bench_common import (
 from live_bytes import peak_live_bytes
 
 from del_core import build_loss
+from del_core.training.memory_model import LOSS_PER_TOKEN_BYTES, chunked_loss_peak_bytes
 
 # Qwen2.5-7B's LM head and a 6,000-token micro-batch: the shape the memory target is stated at.
 SHAPE_7B = {"n": 6000, "v": 152_064, "h": 3584}
 # Per-token statistics the chunked path keeps (lse, CE, digit logits, their gradients): measured
 # as ~110 bytes per token at the reduced shapes; small next to the terms below.
-PER_TOKEN_BYTES = 112
+PER_TOKEN_BYTES = LOSS_PER_TOKEN_BYTES
 
 
 def make_inputs(n_tokens: int, args: argparse.Namespace):
@@ -114,14 +115,10 @@ def measure(step: Step, tensors, device, repeats: int, warmup: int) -> tuple[flo
 
 
 def predicted_peak_bytes(n: int, v: int, h: int, chunk: int, weight_bytes: int) -> int:
-    """Peak extra memory of ``from_hidden`` + backward for a plain-CE loss (MLE, DEL, NTL, DIST2).
-
-    The weight and hidden gradients (in the inputs' dtype, alive from the forward to the backward)
-    plus the larger of one chunk's transient (fp32 logits and, below fp32, their gradient cast to
-    the weight's dtype) and the backward's [N, H] digit-term product, plus per-token statistics.
-    """
-    transient = chunk * v * (4 + (weight_bytes if weight_bytes != 4 else 0))
-    return (v * h + n * h) * weight_bytes + max(transient, n * h * weight_bytes) + n * PER_TOKEN_BYTES
+    """Peak extra memory of ``from_hidden`` + backward for a plain-CE loss (MLE, DEL, NTL, DIST2):
+    the memory model's formula (:func:`del_core.training.memory_model.chunked_loss_peak_bytes`),
+    which this script checks against measurements."""
+    return chunked_loss_peak_bytes(n, v, h, chunk, weight_bytes)
 
 
 def predicted_peak_bytes_fp32_accumulator(n: int, v: int, h: int, chunk: int, weight_bytes: int) -> int:
