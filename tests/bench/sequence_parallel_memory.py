@@ -48,6 +48,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 
 from del_core.data.sequence_shards import padded_length  # noqa: E402
+from del_core.parallel.rendezvous import free_port  # noqa: E402
 from del_core.training.memory_model import ModelShape, TrainShape, estimate  # noqa: E402
 
 BENCH_MODEL = ModelShape(
@@ -237,12 +238,6 @@ def run_point(args: argparse.Namespace, seq_len: int, sp: int) -> Point:
         )
     ranks = [json.loads(Path(f"{out_file}.rank{r}").read_text()) for r in range(sp)]
     return Point(seq_len, sp, [r["live"] for r in ranks], [r["rss"] for r in ranks])
-
-
-def free_port() -> int:
-    from del_core.parallel.rendezvous import free_port as port
-
-    return port()
 
 
 def predicted(args: argparse.Namespace, seq_len: int, sp: int) -> int:
