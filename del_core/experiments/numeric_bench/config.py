@@ -1,18 +1,14 @@
 """The numeric benchmark's configuration (a structured config of :mod:`del_core.config`).
 
 config = load_numeric_bench_config("recipes/configs/numeric-bench.yaml", ["seeds=[0,1]", "steps=50"])
-
-``BenchConfig`` and ``load_bench_config`` are the names of release 0.1: they still work for this
-release, with a FutureWarning.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from del_core.config import ConfigError, load_config
 from del_core.experiments.numeric_bench.tasks import TASKS
@@ -90,14 +86,3 @@ RESUMABLE_KEYS = ("output_root", "losses", "seeds", "workers", "threads", "eval_
 def load_numeric_bench_config(recipe: Optional[str | Path] = None, overrides: Sequence[str] = ()) -> NumericBenchConfig:
     """The benchmark YAML ``recipe`` (or the defaults) with ``key=value`` overrides, validated."""
     return load_config(NumericBenchConfig, recipe, overrides)
-
-
-_RENAMED = {"BenchConfig": "NumericBenchConfig", "load_bench_config": "load_numeric_bench_config"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _RENAMED:
-        new = _RENAMED[name]
-        warnings.warn(f"{name} is renamed {new}; the old name goes in the next release", FutureWarning, stacklevel=2)
-        return globals()[new]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,7 +24,8 @@ from pathlib import Path
 from del_core.experiments import output_root
 from del_core.experiments.grid import Unit, seed_major_grid
 from del_core.experiments.numeric_bench.config import RESUMABLE_KEYS, NumericBenchConfig
-from del_core.experiments.numeric_bench.run_unit import RunResult, load_result, run_one, save_result
+from del_core.experiments.numeric_bench.run_unit import load_result, run_one, save_result
+from del_core.experiments.results import UnitResult
 
 
 def selection_specs(config: NumericBenchConfig) -> list[Unit]:
@@ -36,7 +37,7 @@ def selection_specs(config: NumericBenchConfig) -> list[Unit]:
     ]
 
 
-def choose_lambdas(config: NumericBenchConfig, results: Sequence[RunResult]) -> dict[str, float]:
+def choose_lambdas(config: NumericBenchConfig, results: Sequence[UnitResult]) -> dict[str, float]:
     """loss -> the lambda with the best mean validation exact accuracy (ties: lower log-MAE)."""
     chosen = {}
     for loss in config.losses:
@@ -61,13 +62,13 @@ def final_specs(config: NumericBenchConfig, chosen: dict[str, float]) -> list[Un
     ]
 
 
-def _run_and_save(config: NumericBenchConfig, spec: Unit) -> RunResult:
+def _run_and_save(config: NumericBenchConfig, spec: Unit) -> UnitResult:
     result = run_one(config, spec)
     save_result(Path(config.output_root), result)
     return result
 
 
-def run_specs(config: NumericBenchConfig, specs: Sequence[Unit], label: str) -> list[RunResult]:
+def run_specs(config: NumericBenchConfig, specs: Sequence[Unit], label: str) -> list[UnitResult]:
     """The results of ``specs``: finished ones read back, the others run ``config.workers`` at a
     time in separate processes, each saved as soon as it finishes; progress on stderr."""
     from tqdm import tqdm
@@ -97,9 +98,9 @@ class BenchOutcome:
     the test-phase runs (untrained ones included)."""
 
     config: NumericBenchConfig
-    selected: list[RunResult]
+    selected: list[UnitResult]
     chosen: dict[str, float]
-    results: list[RunResult]
+    results: list[UnitResult]
 
 
 def run_benchmark(config: NumericBenchConfig) -> BenchOutcome:

@@ -17,9 +17,9 @@ from del_core.evaluation.confidence import Interval, seeds_for_half_width, t_int
 from del_core.experiments.comparison import compare
 from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.numeric_bench.protocol import BenchOutcome
-from del_core.experiments.numeric_bench.run_unit import RunResult
 from del_core.experiments.numeric_bench.tasks import make_split
 from del_core.experiments.report import bar_panel, figure, markdown_table, plus_minus, save_figure
+from del_core.experiments.results import UnitResult
 
 # (key of EvalResult, label, scale for printing, higher is better)
 METRICS = (
@@ -30,16 +30,16 @@ METRICS = (
 )
 
 
-def by_seed(results: Sequence[RunResult], loss: str, phase: str, split: str, key: str) -> dict[int, float]:
+def by_seed(results: Sequence[UnitResult], loss: str, phase: str, split: str, key: str) -> dict[int, float]:
     return {r.spec.seed: getattr(r.evals[split], key) for r in results if r.spec.loss == loss and r.spec.phase == phase}
 
 
-def place_by_seed(results: Sequence[RunResult], loss: str, split: str, place: str) -> dict[int, float]:
+def place_by_seed(results: Sequence[UnitResult], loss: str, split: str, place: str) -> dict[int, float]:
     runs = [r for r in results if r.spec.loss == loss and r.spec.phase == "test"]
     return {r.spec.seed: r.evals[split].place_acc[place] for r in runs if place in r.evals[split].place_acc}
 
 
-def summarise(config: NumericBenchConfig, results: Sequence[RunResult]) -> dict[str, Any]:
+def summarise(config: NumericBenchConfig, results: Sequence[UnitResult]) -> dict[str, Any]:
     """loss -> split -> metric -> {"mean", "half_width", "diff", "diff_half_width", "verdict"}."""
     summary: dict[str, Any] = {}
     for loss in config.losses:
@@ -109,7 +109,7 @@ def _per_column_table(
     return markdown_table(["loss", *columns], rows)
 
 
-def place_table(config: NumericBenchConfig, results: Sequence[RunResult], split: str = "test") -> list[str]:
+def place_table(config: NumericBenchConfig, results: Sequence[UnitResult], split: str = "test") -> list[str]:
     """Markdown rows: per loss the mean accuracy (%) at each place of the gold answers, and for the
     other losses the paired difference to MLE in points with its interval."""
     places = sorted(
@@ -120,7 +120,7 @@ def place_table(config: NumericBenchConfig, results: Sequence[RunResult], split:
     return _per_column_table(config, places, lambda loss, place: place_by_seed(results, loss, split, place))
 
 
-def task_by_seed(results: Sequence[RunResult], loss: str, tasks: Sequence[str], task: str) -> dict[int, float]:
+def task_by_seed(results: Sequence[UnitResult], loss: str, tasks: Sequence[str], task: str) -> dict[int, float]:
     """seed -> exact accuracy of ``loss``'s test run on the test problems of ``task`` (``tasks``:
     the task of each test problem, in the split's order)."""
     where = [i for i, name in enumerate(tasks) if name == task]
@@ -128,7 +128,7 @@ def task_by_seed(results: Sequence[RunResult], loss: str, tasks: Sequence[str], 
     return {r.spec.seed: sum(r.evals["test"].correct[i] for i in where) / len(where) for r in runs if where}
 
 
-def task_table(config: NumericBenchConfig, results: Sequence[RunResult]) -> list[str]:
+def task_table(config: NumericBenchConfig, results: Sequence[UnitResult]) -> list[str]:
     """Markdown rows: per loss the exact accuracy (%) on each task's test problems, with the paired
     difference to MLE; the header gives each task's share of the test split."""
     tasks = [problem.family for problem in make_split("test", config.test_size, config.digits, 0, config.tasks)]
@@ -138,7 +138,7 @@ def task_table(config: NumericBenchConfig, results: Sequence[RunResult]) -> list
     return lines
 
 
-def selection_table(selected: Sequence[RunResult]) -> list[str]:
+def selection_table(selected: Sequence[UnitResult]) -> list[str]:
     """Markdown rows: per tuned loss and lambda, the mean validation exact accuracy and log-MAE."""
     rows = []
     for loss, weight in sorted({(r.spec.loss, r.spec.weight) for r in selected}):
@@ -160,8 +160,8 @@ def markdown(
     config: NumericBenchConfig,
     summary: dict,
     chosen: dict[str, float],
-    results: Sequence[RunResult],
-    selected: Sequence[RunResult] = (),
+    results: Sequence[UnitResult],
+    selected: Sequence[UnitResult] = (),
 ) -> str:
     half = achieved_half_width(config, summary)
     half_text = "n/a" if half is None else f"{half:.2f} points"
@@ -204,7 +204,7 @@ def markdown(
     return "\n".join(lines)
 
 
-def plot(config: NumericBenchConfig, summary: dict, results: Sequence[RunResult], path: Path) -> Path:
+def plot(config: NumericBenchConfig, summary: dict, results: Sequence[UnitResult], path: Path) -> Path:
     """Exact accuracy and log-MAE per loss with their 95% intervals, and the mean training CE."""
     losses = list(config.losses)
     fig, axes = figure(1, 3, (15, 4))

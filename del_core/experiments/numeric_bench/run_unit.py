@@ -1,6 +1,10 @@
 """One benchmark run: a random-initialised model trained with one loss, then evaluated.
 
-A run is a function of its :class:`RunSpec` (loss, lambda, seed) and the benchmark configuration:
+A run is one :class:`~del_core.experiments.grid.Unit` of the experiments core (loss, lambda, seed,
+phase: "select" scored on the validation split; "test" on the test and OOD splits; "untrained" the
+seed's initial weights, scored like "test"), and its result the core's one unit record
+(:class:`~del_core.experiments.results.UnitResult`, with one EvalResult per split). A run is a
+function of its unit and the benchmark configuration:
 the seed fixes the initial weights and the order of the training problems, so every loss sees the
 same model and the same batches. Training is the project's plain-PyTorch loop
 (:mod:`del_core.training.plain_loop`) rather than the DeepSpeed trainer: a benchmark is a hundred
@@ -21,7 +25,7 @@ from del_core import DigitVocab, NumericLoss
 from del_core.data.tokenized import Example, TokenBatch, collate
 from del_core.experiments.grid import Unit
 from del_core.experiments.numeric_bench.char_tokenizer import build_tokenizer, encode_examples
-from del_core.experiments.numeric_bench.config import NumericBenchConfig as BenchConfig
+from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.numeric_bench.score_unit import EvalResult, evaluate
 from del_core.experiments.numeric_bench.tasks import make_split
 from del_core.experiments.output_root import read_marker, write_marker
@@ -29,14 +33,8 @@ from del_core.experiments.results import UnitResult
 from del_core.training import plain_loop
 from del_core.training.plain_loop import PlainLoopConfig, make_loss
 
-# A run is one unit of the experiments core (loss, lambda, seed, phase: "select" scored on the
-# validation split; "test" on the test and OOD splits; "untrained" the seed's initial weights, scored
-# like "test"), and its result the core's one unit record, with one EvalResult per split.
-RunSpec = Unit
-RunResult = UnitResult
 
-
-def build_model(config: BenchConfig, vocab_size: int, seed: int) -> torch.nn.Module:
+def build_model(config: NumericBenchConfig, vocab_size: int, seed: int) -> torch.nn.Module:
     """A random-initialised Llama-architecture causal LM of the configured size (fp32)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -66,7 +64,7 @@ def training_examples(train_size: int, digits: int, tasks: tuple[str, ...]) -> l
     return encode_examples(problems, build_tokenizer())
 
 
-def loop_config(config: BenchConfig) -> PlainLoopConfig:
+def loop_config(config: NumericBenchConfig) -> PlainLoopConfig:
     """The benchmark's training: AdamW (betas 0.9, 0.98, no weight decay), warm-up cosine to 10% of ``lr``."""
     return PlainLoopConfig(
         steps=config.steps,
@@ -78,7 +76,7 @@ def loop_config(config: BenchConfig) -> PlainLoopConfig:
     )
 
 
-def train(config: BenchConfig, spec: RunSpec, model, loss_fn: NumericLoss, tokenizer) -> list[dict[str, float]]:
+def train(config: NumericBenchConfig, spec: Unit, model, loss_fn: NumericLoss, tokenizer) -> list[dict[str, float]]:
     """``config.steps`` steps of the plain loop (:mod:`del_core.training.plain_loop`) on
     ``config.batch_size`` training problems each (the order a function of the seed); returns the
     curve (loss, ce, aux at step 1 and every ``config.log_every`` steps)."""
@@ -94,11 +92,11 @@ def train(config: BenchConfig, spec: RunSpec, model, loss_fn: NumericLoss, token
     return [{"step": r.step, "loss": r.loss, "ce": r.ce, "aux": r.aux} for r in records]
 
 
-def eval_splits(spec: RunSpec) -> tuple[str, ...]:
+def eval_splits(spec: Unit) -> tuple[str, ...]:
     return ("val",) if spec.phase == "select" else ("test", "ood")
 
 
-def run_one(config: BenchConfig, spec: RunSpec) -> RunResult:
+def run_one(config: NumericBenchConfig, spec: Unit) -> UnitResult:
     """Train and evaluate one run (in this process, ``config.threads`` torch threads)."""
     torch.set_num_threads(config.threads)
     begin = time.perf_counter()
@@ -113,19 +111,19 @@ def run_one(config: BenchConfig, spec: RunSpec) -> RunResult:
     for split in eval_splits(spec):
         problems = make_split(split, config.eval_size(split), config.digits, 0, config.tasks)
         evals[split] = evaluate(model, tokenizer, vocab, problems, config.eval_batch_size, config.device)
-    return RunResult(spec, evals, curve, time.perf_counter() - begin)
+    return UnitResult(spec, evals, curve, time.perf_counter() - begin)
 
 
-def result_path(root: Path, spec: RunSpec) -> Path:
+def result_path(root: Path, spec: Unit) -> Path:
     return root / "runs" / f"{spec.name}.json"
 
 
-def load_result(root: Path, spec: RunSpec) -> Optional[RunResult]:
+def load_result(root: Path, spec: Unit) -> Optional[UnitResult]:
     """The finished run's result, or None when it has not finished or its file is torn (it runs again)."""
     data = read_marker(result_path(root, spec))
-    return None if data is None else RunResult.from_json(data, EvalResult)
+    return None if data is None else UnitResult.from_json(data, EvalResult)
 
 
-def save_result(root: Path, result: RunResult) -> Path:
+def save_result(root: Path, result: UnitResult) -> Path:
     """Write the result atomically (the run's done marker: never half-written)."""
     return write_marker(result_path(root, result.spec), result.to_json())

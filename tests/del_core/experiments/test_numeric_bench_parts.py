@@ -4,27 +4,26 @@ choice, the seed-major grid, per-task accuracy and its table, and the shipped co
 from __future__ import annotations
 
 import importlib
-import sys
-import warnings
 from dataclasses import asdict
 
 import pytest
 
 from del_core.evaluation.confidence import paired_difference
+from del_core.experiments.grid import Unit
 from del_core.experiments.numeric_bench.config import NumericBenchConfig, load_numeric_bench_config
 from del_core.experiments.numeric_bench.protocol import choose_lambdas, final_specs, selection_specs
 from del_core.experiments.numeric_bench.report import task_by_seed, task_table
-from del_core.experiments.numeric_bench.run_unit import RunResult, RunSpec
 from del_core.experiments.numeric_bench.score_unit import EvalResult
 from del_core.experiments.numeric_bench.tasks import make_split
+from del_core.experiments.results import UnitResult
 from helpers.shared import REPO
 
 
-def _result(loss, weight, seed, acc, log_mae) -> RunResult:
+def _result(loss, weight, seed, acc, log_mae) -> UnitResult:
     evaluation = EvalResult(
         n=10, exact_acc=acc, mae=1.0, log_mae=log_mae, parse_rate=1.0, tf_ce=1.0, tf_digit_entropy=1.0, tf_digit_acc=0.5
     )
-    return RunResult(RunSpec(loss, weight, seed, "select"), {"val": evaluation}, [], 1.0)
+    return UnitResult(Unit(loss, weight, seed, "select"), {"val": evaluation}, [], 1.0)
 
 
 def test_lambda_choice_takes_the_best_mean_accuracy_then_the_lower_log_mae():
@@ -70,38 +69,30 @@ def test_the_shipped_benchmark_configurations_load():
     assert load_numeric_bench_config(configs / "numeric-bench-smoke.yaml").losses == ["mle", "del"]
 
 
-def test_the_old_names_still_work_with_a_future_warning():
-    from del_core.experiments.numeric_bench import config
+def test_the_names_of_release_0_1_are_gone():
+    """Removed in 0.2.0 (CHANGELOG.md): the old import paths and names fail at import, naming what is
+    missing, instead of resolving to the new ones."""
+    from del_core.experiments.numeric_bench import config, run_unit
 
-    with pytest.warns(FutureWarning, match="BenchConfig is renamed NumericBenchConfig"):
-        assert config.BenchConfig is NumericBenchConfig
-    with pytest.warns(FutureWarning, match="load_bench_config is renamed load_numeric_bench_config"):
-        assert config.load_bench_config is load_numeric_bench_config
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert config.NumericBenchConfig is NumericBenchConfig
-    renamed = {"runs": "run_unit", "scoring": "score_unit", "tasks": "tasks", "tokenizer": "char_tokenizer"}
-    for module in ("config", "protocol", "report", *renamed):  # the modules' old paths
-        sys.modules.pop(f"del_core.arithmetic.{module}", None)
-        new = f"del_core.experiments.numeric_bench.{renamed.get(module, module)}"
-        with pytest.warns(FutureWarning, match=f"arithmetic.{module} is renamed {new}"):
+    with pytest.raises(ImportError, match="cannot import name 'BenchConfig'"):
+        from del_core.experiments.numeric_bench.config import BenchConfig  # noqa: F401
+    with pytest.raises(ImportError, match="cannot import name 'load_bench_config'"):
+        from del_core.experiments.numeric_bench.config import load_bench_config  # noqa: F401
+    with pytest.raises(ImportError, match="cannot import name 'RunSpec'"):
+        from del_core.experiments.numeric_bench.run_unit import RunSpec  # noqa: F401
+    assert not any(hasattr(config, n) for n in ("BenchConfig", "load_bench_config"))
+    assert not any(hasattr(run_unit, n) for n in ("RunSpec", "RunResult"))
+    for module in ("config", "protocol", "report", "runs", "scoring", "tasks", "tokenizer"):
+        with pytest.raises(ModuleNotFoundError, match="No module named 'del_core.arithmetic'"):
             importlib.import_module(f"del_core.arithmetic.{module}")
-    from del_core.arithmetic.config import BenchConfig, load_bench_config
-    from del_core.arithmetic.protocol import run_benchmark
-    from del_core.arithmetic.runs import run_one
-    from del_core.experiments.numeric_bench import protocol, run_unit
-
-    assert (BenchConfig, load_bench_config) == (NumericBenchConfig, load_numeric_bench_config)
-    assert run_benchmark is protocol.run_benchmark
-    assert run_one is run_unit.run_one
 
 
-def _test_run(loss, seed, correct) -> RunResult:
+def _test_run(loss, seed, correct) -> UnitResult:
     evaluation = EvalResult(
         n=len(correct), exact_acc=sum(correct) / len(correct), mae=1.0, log_mae=1.0, parse_rate=1.0, tf_ce=1.0,
         tf_digit_entropy=1.0, tf_digit_acc=0.5, correct=list(correct),
     )  # fmt: skip
-    return RunResult(RunSpec(loss, None, seed, "test"), {"test": evaluation}, [], 1.0)
+    return UnitResult(Unit(loss, None, seed, "test"), {"test": evaluation}, [], 1.0)
 
 
 def test_per_task_accuracy_by_hand():
@@ -141,8 +132,8 @@ def test_a_run_result_is_its_done_marker_and_a_torn_one_runs_again(tmp_path):
 
     result = _test_run("del", 3, [1, 0, 1])
     path = save_result(tmp_path, result)
-    assert path == result_path(tmp_path, RunSpec("del", None, 3, "test")) == tmp_path / "runs/test/del-wnone-s3.json"
+    assert path == result_path(tmp_path, Unit("del", None, 3, "test")) == tmp_path / "runs/test/del-wnone-s3.json"
     assert load_result(tmp_path, result.spec) == result
     path.write_text(path.read_text()[:40])  # torn
     assert load_result(tmp_path, result.spec) is None
-    assert load_result(tmp_path, RunSpec("mle", None, 3, "test")) is None  # never ran
+    assert load_result(tmp_path, Unit("mle", None, 3, "test")) is None  # never ran

@@ -16,7 +16,7 @@ from del_core.data.synthetic import Problem, answer_text
 from del_core.data.tokenized import collate
 from del_core.evaluation.confidence import paired_difference, seeds_for_half_width, t_interval, verdict
 from del_core.experiments.numeric_bench.char_tokenizer import build_tokenizer, encode_batch
-from del_core.experiments.numeric_bench.config import NumericBenchConfig as BenchConfig
+from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.numeric_bench.run_unit import training_examples
 from del_core.experiments.numeric_bench.score_unit import score_answers
 from del_core.experiments.numeric_bench.tasks import TASKS, make_split
@@ -140,7 +140,7 @@ def test_seeds_for_half_width_by_hand():
 def test_benchmark_training_is_the_plain_loop_with_its_own_hyperparameters():
     from del_core.experiments.numeric_bench.run_unit import loop_config
 
-    config = BenchConfig(steps=60, warmup_steps=10, log_every=20)
+    config = NumericBenchConfig(steps=60, warmup_steps=10, log_every=20)
     loop = loop_config(config)
     assert (loop.steps, loop.lr, loop.betas, loop.weight_decay, loop.max_grad_norm) == (60, 3e-3, (0.9, 0.98), 0.0, 1.0)
     assert (loop.warmup_steps, loop.min_lr_ratio, loop.log_every) == (10, 0.1, 20)
@@ -155,7 +155,7 @@ def test_teacher_forced_scores_are_the_shared_definitions_on_the_gold_answers():
 
     tokenizer = build_tokenizer()
     vocab = DigitVocab.from_tokenizer(tokenizer)
-    model = build_model(BenchConfig(hidden=16, layers=1, heads=2), len(tokenizer), seed=0).train()
+    model = build_model(NumericBenchConfig(hidden=16, layers=1, heads=2), len(tokenizer), seed=0).train()
     problems = make_split("test", 12, 2, 0, TASKS)
     scores = teacher_forced(model, tokenizer, vocab, problems, batch_size=5)
     assert model.training  # the mode is given back

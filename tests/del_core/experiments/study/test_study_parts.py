@@ -353,16 +353,13 @@ def test_the_plot_leads_with_the_primary_metric_and_shows_benchmarks_only_when_t
     assert [key for key, _, _ in plot_panels(with_benchmarks)][-1] == "bench_macc"
 
 
-def test_the_old_import_path_still_works_with_a_future_warning():
+def test_the_import_path_of_release_0_1_is_gone():
+    """``del_core.study`` was removed in 0.2.0 (CHANGELOG.md): the study is only
+    ``del_core.experiments.study``."""
     import importlib
-    import sys
 
-    import del_core.experiments.study as study
-
-    sys.modules.pop("del_core.study", None)
-    with pytest.warns(FutureWarning, match="del_core.study is renamed del_core.experiments.study"):
-        old = importlib.import_module("del_core.study")
-    assert old.main is study.main and old.load_study_config is study.load_study_config
+    with pytest.raises(ModuleNotFoundError, match="No module named 'del_core.study'"):
+        importlib.import_module("del_core.study")
 
 
 def test_a_study_root_resumes_with_more_seeds_and_refuses_another_training_setup(tmp_path):
