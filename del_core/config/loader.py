@@ -6,18 +6,19 @@ OmegaConf (``packing=true`` is a bool, ``loss.options={eta: 0.3}`` a mapping); a
 (``loss.weight=``) is null. Unknown keys and wrong types raise :class:`ConfigError` naming the key, its source and,
 for a misspelt key, the closest known ones.
 
-``KeyAliases`` keep older spellings working: ``shorthands`` map a section name given a scalar to
-that section's main key (``loss=mle`` -> ``loss.name=mle``), ``deprecated`` map old flat keys to
-their new place (``loss_weight`` -> ``loss.weight``) with a warning on stderr.
+``KeyAliases`` name a schema's other spellings of keys: ``shorthands`` map a section name given a
+scalar to that section's main key (``loss=mle`` -> ``loss.name=mle``); ``removed`` map keys that an
+earlier release read to the key that replaced them, so that a recipe or override still using one
+is refused with a one-line :class:`ConfigError` naming the new key (``lr`` -> ``optimizer.lr``),
+never silently ignored.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import sys
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TypeVar
@@ -38,10 +39,10 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class KeyAliases:
-    """Older spellings of keys: see the module docstring."""
+    """Other spellings of a schema's keys: see the module docstring."""
 
     shorthands: dict[str, str] = field(default_factory=dict)  # section -> its main key
-    deprecated: dict[str, str] = field(default_factory=dict)  # old flat key -> dotted key
+    removed: dict[str, str] = field(default_factory=dict)  # a key no longer read -> the dotted key now
 
 
 def read_yaml_mapping(path: str | Path, what: str = "recipe", error: type = ConfigError) -> dict:
@@ -160,7 +161,7 @@ def _known_keys_of(schema: type) -> list[str]:
     return keys
 
 
-def _place(key: str, value: Any, schema: type, aliases: KeyAliases, where: str, warn: Callable[[str], None]) -> str:
+def _place(key: str, value: Any, schema: type, aliases: KeyAliases, where: str) -> str:
     """The dotted key where ``key`` (as written) belongs."""
     sections = _section_types(schema)
     if key in sections:
@@ -169,10 +170,8 @@ def _place(key: str, value: Any, schema: type, aliases: KeyAliases, where: str, 
         if key in aliases.shorthands:
             return f"{key}.{aliases.shorthands[key]}"
         raise ConfigError(f"{where}: {key} is a section; give a mapping or {key}.<key>=value")
-    if key in aliases.deprecated:
-        new = aliases.deprecated[key]
-        warn(f"warning: {where}: key {key!r} is deprecated and will be removed in the next release; use {new!r}")
-        return new
+    if key in aliases.removed:
+        raise ConfigError(f"{where}: key {key!r} was removed; use {aliases.removed[key]!r}")
     return key
 
 
@@ -191,7 +190,6 @@ def _layer(
     schema: type,
     aliases: KeyAliases,
     where: str,
-    warn: Callable[[str], None],
 ) -> DictConfig:
     """One recipe or the overrides as a config to merge, keys moved to their dotted place."""
     layer = OmegaConf.create({})
@@ -199,7 +197,7 @@ def _layer(
     for key, value in values:
         if key in _section_types(schema) and isinstance(value, _RawText):
             value = _typed_value(schema, key, value, where)  # a section given as a YAML mapping
-        dotted = _place(key, value, schema, aliases, where, warn)
+        dotted = _place(key, value, schema, aliases, where)
         if dotted not in known:
             raise _unknown_key_error(dotted, schema, where)
         if isinstance(value, dict) and dotted in _section_types(schema):
@@ -221,24 +219,20 @@ def _merge(base: DictConfig, layer: DictConfig, where: str) -> DictConfig:
         raise ConfigError(f"{where}: {key}: {message}") from None
 
 
-def _print_warning(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 def placed_keys(
     schema: type,
     mapping: Optional[Mapping[str, Any]] = None,
     overrides: Sequence[str] = (),
     aliases: KeyAliases = KeyAliases(),
     where: str = "command line",
-    warn: Callable[[str], None] = _print_warning,
 ) -> dict[str, Any]:
     """The keys of ``mapping`` (YAML values) and then ``overrides`` (``key=value`` text), each moved
-    to its dotted place as :func:`load_config` reads them (aliases applied, an unknown key a
-    :class:`ConfigError` naming it, ``where`` and the closest known keys), as a nested mapping
+    to its dotted place as :func:`load_config` reads them (shorthands applied; a removed key a
+    :class:`ConfigError` naming its replacement, an unknown one a :class:`ConfigError` naming it,
+    ``where`` and the closest known keys), as a nested mapping
     ``{section: {key: value}}``; the values are checked against their types by :func:`load_config`."""
     items = [*(mapping or {}).items(), *(_parse_override(item) for item in overrides)]
-    layer = _layer(items, OmegaConf.structured(schema), schema, aliases, where, warn)
+    layer = _layer(items, OmegaConf.structured(schema), schema, aliases, where)
     return OmegaConf.to_container(layer)
 
 
@@ -247,7 +241,6 @@ def load_config(
     recipe: Optional[str | Path] = None,
     overrides: Sequence[str] = (),
     aliases: KeyAliases = KeyAliases(),
-    warn: Callable[[str], None] = _print_warning,
     layers: Sequence[tuple[Mapping[str, Any], str]] = (),
 ) -> Schema:
     """An instance of ``schema``: defaults, then ``recipe`` (and its bases), then ``layers``
@@ -259,12 +252,12 @@ def load_config(
     config = OmegaConf.structured(schema)
     if recipe is not None:
         for values, where in _recipe_layers(Path(recipe)):
-            config = _merge(config, _layer(values.items(), config, schema, aliases, where, warn), where)
+            config = _merge(config, _layer(values.items(), config, schema, aliases, where), where)
     for values, where in layers:
-        config = _merge(config, _layer(values.items(), config, schema, aliases, where, warn), where)
-    # In the order given: a later override wins, whichever spelling (old flat or dotted) it uses.
+        config = _merge(config, _layer(values.items(), config, schema, aliases, where), where)
+    # In the order given: a later override wins, whichever spelling (shorthand or dotted) it uses.
     parsed = [_parse_override(item) for item in overrides]
-    config = _merge(config, _layer(parsed, config, schema, aliases, "command line", warn), "command line")
+    config = _merge(config, _layer(parsed, config, schema, aliases, "command line"), "command line")
     try:
         return OmegaConf.to_object(config)
     except ConfigError:

@@ -5,8 +5,9 @@ model, data or cluster (run by :func:`load_train_config` before anything heavy s
 
 Sections: ``model``, ``loss``, ``data``, ``optimizer``, ``parallel``, ``run``. Sizes are in
 sequences (batches) and tokens (lengths). ``loss=NAME``, ``model=SOURCE``, ``data=SOURCE`` and
-``optimizer=NAME`` set the section's main key; the flat keys of release 0.1 (``loss_weight``,
-``lr``, ``max_steps``, ...) still work for this release, with a deprecation warning.
+``optimizer=NAME`` set the section's main key. The flat keys of release 0.1 (``loss_weight``,
+``lr``, ``max_steps``, ...) were removed in 0.2.0: one is refused with a one-line error naming
+its dotted key.
 """
 
 from __future__ import annotations
@@ -294,32 +295,40 @@ class TrainConfig:
             )
 
 
-_SECTION_KEYS = {
-    "model": ("tokenizer", "attn_implementation", "gradient_checkpointing", "precision", "cache_dir"),
-    "data": ("eval_size", "eval_generate", "max_new_tokens", "max_length", "packing", "prompt_format"),
-    "optimizer": ("lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "grad_clip"),
-    "parallel": ("tp", "zero_stage", "offload", "ds_config"),
-    "run": (
-        "seed",
-        "output_dir",
-        "epochs",
-        "max_steps",
-        "global_batch_size",
-        "micro_batch_size",
-        "save_every",
-        "save_total_limit",
-        "resume",
-        "export",
-        "log_every",
-        "report_to",
-        "wandb_project",
-        "fail_at_step",
-    ),
+# Training keys by their last part alone, as release 0.1 spelled them (``max_steps`` for
+# ``run.max_steps``): the study's command line takes these short forms
+# (:mod:`del_core.experiments.study.config`); a training recipe or override refuses them (below).
+SHORT_KEYS = {
+    key: f"{section}.{key}"
+    for section, keys in {
+        "model": ("tokenizer", "attn_implementation", "gradient_checkpointing", "precision", "cache_dir"),
+        "data": ("eval_size", "eval_generate", "max_new_tokens", "max_length", "packing", "prompt_format"),
+        "optimizer": ("lr", "min_lr_ratio", "warmup_ratio", "weight_decay", "grad_clip"),
+        "parallel": ("tp", "zero_stage", "offload", "ds_config"),
+        "run": (
+            "seed",
+            "output_dir",
+            "epochs",
+            "max_steps",
+            "global_batch_size",
+            "micro_batch_size",
+            "save_every",
+            "save_total_limit",
+            "resume",
+            "export",
+            "log_every",
+            "report_to",
+            "wandb_project",
+            "fail_at_step",
+        ),
+    }.items()
+    for key in keys
 }
 TRAIN_ALIASES = KeyAliases(
     shorthands={"model": "name", "loss": "name", "data": "source", "optimizer": "name"},
-    deprecated={
-        **{key: f"{section}.{key}" for section, keys in _SECTION_KEYS.items() for key in keys},
+    # Release 0.1's flat keys, removed in 0.2.0: each is refused with a one-line error naming its key now.
+    removed={
+        **SHORT_KEYS,
         "loss_weight": "loss.weight",
         "loss_options": "loss.options",
         "loss_path": "loss.path",

@@ -5,10 +5,12 @@ its output layout :class:`StudyPaths`, and the training configuration of each ru
     config = load_study_config("recipes/configs/study-cpu.yaml", ["losses=mle,del", "max_steps=2"])
 
 Overrides are ``key=value``: a key of :class:`StudyConfig` sets the study; a training key
-(``run.max_steps``, ``optimizer.lr``, or the short flat ``max_steps``, ``lr``; also ``train.<key>``
-or ``train={run: {max_steps: 2}}``) goes to the ``train`` section, shared by every run. The
-training keys are read by the training configuration's own loader (:func:`del_core.config.placed_keys`
-with :data:`~del_core.training.config.TRAIN_ALIASES`): an unknown one is named with the closest known keys.
+(``run.max_steps``, ``optimizer.lr``, or the short ``max_steps``, ``lr`` of
+:data:`~del_core.training.config.SHORT_KEYS`; also ``train.<key>`` or ``train={run: {max_steps: 2}}``)
+goes to the ``train`` section, shared by every run. The training keys are read by the training
+configuration's own loader (:func:`del_core.config.placed_keys` with
+:data:`~del_core.training.config.TRAIN_ALIASES`): an unknown one is named with the closest known keys,
+a removed one (``loss_weight``) with the key that replaced it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import yaml
 from del_core.config import ConfigError, config_to_dict, load_config, placed_keys
 from del_core.losses import LOSS_NAMES
 from del_core.models.sources import ModelSourceError, check_model_source
-from del_core.training.config import TRAIN_ALIASES, TrainConfig
+from del_core.training.config import SHORT_KEYS, TRAIN_ALIASES, TrainConfig
 
 # Keys that may change between invocations on the same output_root (they do not change results).
 RESUMABLE_KEYS = ("losses", "seeds", "output_root", "threads", "benchmark_dir", "eval_batch_size", "keep_weights")
@@ -197,7 +199,15 @@ def train_config(config: StudyConfig, loss: str, seed: int, run_dir: Path) -> Tr
 
 
 def _is_training_key(key: str) -> bool:
-    return key in TRAIN_ALIASES.deprecated or key.split(".")[0] in ("train", *_TRAIN_SECTIONS)
+    """A key of the training configuration: dotted, short (:data:`SHORT_KEYS`), or one it no longer
+    reads (its loader names the replacement)."""
+    return key in TRAIN_ALIASES.removed or key.split(".")[0] in ("train", *_TRAIN_SECTIONS)
+
+
+def _dotted_training_key(key: str) -> str:
+    """``key`` (``train.`` prefix optional) at its dotted place when it is a short form."""
+    key = key.removeprefix("train.")
+    return SHORT_KEYS.get(key, key)
 
 
 def _split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str], list[dict]]:
@@ -220,9 +230,9 @@ def _split_overrides(overrides: Sequence[str]) -> tuple[list[str], list[str], li
             mapping = yaml.safe_load(text) if text.strip() else {}
             if not isinstance(mapping, dict):
                 raise ConfigError(f"command line: train must be a mapping of training keys, got {text!r}")
-            mappings.append(mapping)
+            mappings.append({_dotted_training_key(inner): value for inner, value in mapping.items()})
         elif _is_training_key(key):
-            train.append(f"{key.removeprefix('train.')}={text}")
+            train.append(f"{_dotted_training_key(key)}={text}")
         else:
             study.append(f"{key}={text}")  # the loader names the unknown key and close study keys
     return study, train, mappings
@@ -241,14 +251,13 @@ def _train_section(
     config: StudyConfig, recipe: Optional[str | Path], overrides: Sequence[str], mappings: Sequence[dict]
 ) -> dict[str, dict[str, Any]]:
     """The study's ``train`` section from the recipe's ``train:`` mapping, then the command line's,
-    every key at its dotted place and typed by the training schema (old flat keys in the recipe
-    warn; on the command line they are the study's documented short forms). A key the study owns
-    is refused."""
+    every key at its dotted place and typed by the training schema (the short forms of
+    :data:`SHORT_KEYS` are the command line's, placed by :func:`_split_overrides`; in the recipe,
+    as anywhere else, a removed key is refused). A key the study owns is refused."""
     where = f"{recipe}: train" if recipe is not None else "train"
     placed = [(placed_keys(TrainConfig, config.train, aliases=TRAIN_ALIASES, where=where), where)]
-    quiet: dict[str, Any] = {"aliases": TRAIN_ALIASES, "warn": lambda text: None}
-    placed += [(placed_keys(TrainConfig, mapping, **quiet), "command line") for mapping in mappings]
-    placed.append((placed_keys(TrainConfig, None, overrides, **quiet), "command line"))
+    placed += [(placed_keys(TrainConfig, mapping, aliases=TRAIN_ALIASES), "command line") for mapping in mappings]
+    placed.append((placed_keys(TrainConfig, None, overrides, aliases=TRAIN_ALIASES), "command line"))
     merged = _merged([layer for layer, _ in placed])
     owned = sorted(f"{s}.{k}" for s, values in merged.items() for k in values if f"{s}.{k}" in STUDY_OWNED_KEYS)
     if owned:

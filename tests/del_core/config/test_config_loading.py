@@ -1,12 +1,14 @@
 """The one configuration mechanism (del_core.config) on the training schema: recipes, bases,
-overrides, the deprecated flat keys, and errors that name the key and where it came from."""
+overrides, the removed flat keys of release 0.1, and errors that name the key and where it came from."""
 
 from __future__ import annotations
+
+import typing
 
 import pytest
 
 from del_core.config import ConfigError, config_to_dict, split_command_line
-from del_core.training.config import TRAIN_ALIASES, load_train_config
+from del_core.training.config import SHORT_KEYS, TRAIN_ALIASES, TrainConfig, load_train_config
 from helpers.shared import REPO
 
 CONFIGS = REPO / "recipes" / "configs"
@@ -43,18 +45,36 @@ def test_recipe_then_dotted_overrides(tmp_path):
     assert load_train_config(None, ["optimizer.betas=[0.8, 0.9]"]).optimizer.betas == [0.8, 0.9]
 
 
-def test_flat_keys_still_work_with_a_deprecation_warning(tmp_path):
-    warnings: list[str] = []
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("loss_weight", "loss.weight"),
+        ("lr", "optimizer.lr"),
+        ("max_steps", "run.max_steps"),
+        ("eval_size", "data.eval_size"),
+        ("eval_data", "data.eval_source"),
+        ("adam_betas", "optimizer.betas"),
+    ],
+)
+def test_a_flat_key_of_release_0_1_is_refused_naming_its_key_now(tmp_path, old, new):
+    """Removed in 0.2.0: in a recipe and on the command line, one line naming the file (or the
+    command line), the old key and the key that replaced it; never silently ignored."""
     recipe = tmp_path / "old.yaml"
-    recipe.write_text("loss: del\nloss_weight: 0.5\nlr: 2.0e-5\nmax_steps: 3\n")
-    from del_core.config import load_config
-    from del_core.training.config import TrainConfig
+    recipe.write_text(f"loss: del\n{old}: 1\n")
+    with pytest.raises(ConfigError) as recipe_error:
+        load_train_config(recipe)
+    assert str(recipe_error.value) == f"{recipe}: key '{old}' was removed; use '{new}'"
+    with pytest.raises(ConfigError) as override_error:
+        load_train_config(None, [f"{old}=1"])
+    assert str(override_error.value) == f"command line: key '{old}' was removed; use '{new}'"
 
-    config = load_config(TrainConfig, recipe, ["eval_size=4"], aliases=TRAIN_ALIASES, warn=warnings.append)
-    assert (config.loss.weight, config.optimizer.lr, config.run.max_steps, config.data.eval_size) == (0.5, 2e-5, 3, 4)
-    assert len(warnings) == 4 and all("deprecated" in w for w in warnings)
-    assert any("'loss_weight'" in w and "'loss.weight'" in w and str(recipe) in w for w in warnings)
-    assert any("command line" in w and "'data.eval_size'" in w for w in warnings)
+
+def test_every_removed_key_names_a_key_that_exists():
+    """A removed key's error must send the user to a key the configuration reads."""
+    sections = typing.get_type_hints(TrainConfig)
+    known = {f"{name}.{key}" for name, section in sections.items() for key in typing.get_type_hints(section)}
+    assert TRAIN_ALIASES.removed and set(TRAIN_ALIASES.removed.values()) <= known
+    assert set(SHORT_KEYS.items()) <= set(TRAIN_ALIASES.removed.items())
 
 
 @pytest.mark.parametrize(

@@ -315,6 +315,19 @@ def test_training_keys_in_every_spelling_reach_the_train_section(tmp_path):
     assert train.run.output_dir == str(tmp_path / "run") and train.loss.weight is None
 
 
+def test_a_removed_training_key_is_refused_in_the_recipe_and_on_the_command_line(tmp_path):
+    """Release 0.1's flat keys are gone from training recipes (0.2.0); the study's short command-line
+    forms (max_steps, lr) are not those: a removed spelling that is not a short form, or any flat key
+    in the recipe's train section, is one error naming the key now."""
+    with pytest.raises(StudyError, match="command line: key 'adam_betas' was removed; use 'optimizer.betas'"):
+        load_study_config(CPU_CONFIG, ["adam_betas=[0.9, 0.95]"])
+    recipe = tmp_path / "study.yaml"
+    recipe.write_text(CPU_CONFIG.read_text().replace("train:", "train:\n  lr: 1.0e-4", 1))
+    with pytest.raises(StudyError, match=f"{recipe}: train: key 'lr' was removed; use 'optimizer.lr'"):
+        load_study_config(recipe)
+    assert load_study_config(CPU_CONFIG, ["train={max_steps: 2}"]).train["run"]["max_steps"] == 2
+
+
 def _write_metrics(run_dir, records):
     run_dir.mkdir(parents=True)
     lines = [json.dumps({**record_to_json(r), "time": 1.0}) for r in records]
