@@ -7,7 +7,7 @@ markdown and PNG report helpers.
                  atomic per-unit done markers
     results      UnitResult, the one record of a finished unit
     comparison   a loss against the baseline, paired over seeds (and over problems)
-    report       cell formatters, markdown tables and the figure helpers
+    report_parts cell formatters, markdown tables and the figure helpers of every report
     spawned      one step of a unit (training, evaluation) as a library call in a spawned process
 
 Its two users, each with its own data, train-unit and score-unit:

@@ -18,7 +18,7 @@ from del_core.experiments.comparison import compare
 from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.numeric_bench.protocol import BenchOutcome
 from del_core.experiments.numeric_bench.tasks import make_split
-from del_core.experiments.report import bar_panel, figure, markdown_table, plus_minus, save_figure
+from del_core.experiments.report_parts import bar_panel, figure, markdown_table, plus_minus, save_figure
 from del_core.experiments.results import UnitResult
 
 # (key of EvalResult, label, scale for printing, higher is better)

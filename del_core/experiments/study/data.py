@@ -153,16 +153,16 @@ def prepare_data(config: StudyConfig, paths: StudyPaths) -> None:
 
 
 @dataclass(frozen=True)
-class HeldoutRows:
+class HeldOutRows:
     """The held-out rows every model of a study is scored on."""
 
     forced: list[dict]  # scored teacher-forced: the first heldout_size rows
     greedy: list[dict]  # answered greedily: :func:`generation_rows`
 
 
-def heldout_rows(config: StudyConfig, heldout_path: Path) -> HeldoutRows:
-    """The :class:`HeldoutRows` of the split at ``heldout_path``."""
-    return HeldoutRows(read_jsonl(heldout_path)[: config.heldout_size], generation_rows(config, heldout_path))
+def heldout_rows(config: StudyConfig, heldout_path: Path) -> HeldOutRows:
+    """The :class:`HeldOutRows` of the split at ``heldout_path``."""
+    return HeldOutRows(read_jsonl(heldout_path)[: config.heldout_size], generation_rows(config, heldout_path))
 
 
 def generation_rows(config: StudyConfig, heldout_path: Path) -> list[dict]:

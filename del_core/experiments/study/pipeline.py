@@ -28,7 +28,7 @@ from del_core.experiments import output_root
 from del_core.experiments.grid import Unit, seed_major_grid
 from del_core.experiments.output_root import read_marker
 from del_core.experiments.study.config import RESUMABLE_KEYS, StudyConfig, StudyError, StudyPaths, load_study_config
-from del_core.experiments.study.data import HeldoutRows, heldout_rows, prepare_data
+from del_core.experiments.study.data import HeldOutRows, heldout_rows, prepare_data
 from del_core.experiments.study.metrics import collect_results
 from del_core.experiments.study.report import write_report
 from del_core.experiments.study.score_unit import (
@@ -84,7 +84,7 @@ def _train_unit(config: StudyConfig, step: Step, log: Log) -> bool:
     return True
 
 
-def run_step(config: StudyConfig, step: Step, rows: HeldoutRows, data_dir: Optional[Path], log: Log) -> bool:
+def run_step(config: StudyConfig, step: Step, rows: HeldOutRows, data_dir: Optional[Path], log: Log) -> bool:
     """Train (runs only) and evaluate one step, skipping what is done; True when anything ran."""
     did = step.unit is not None and _train_unit(config, step, log)
     model = str(step.directory) if step.unit is not None else config.model

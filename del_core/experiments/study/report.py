@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from del_core.experiments.report import bar_panel, figure, interval_text, markdown_table, plus_minus, save_figure
+from del_core.experiments.report_parts import bar_panel, figure, interval_text, markdown_table, plus_minus, save_figure
 
 # (key, column title, scale, digits, higher is better)
 COLUMNS = (

@@ -15,7 +15,7 @@ from del_core.config import ConfigError
 from del_core.experiments import output_root
 from del_core.experiments.comparison import compare, compare_with_baseline, over_problems
 from del_core.experiments.grid import Unit, seed_major_grid
-from del_core.experiments.report import interval_text, markdown_table, plus_minus
+from del_core.experiments.report_parts import interval_text, markdown_table, plus_minus
 from del_core.experiments.results import UnitResult
 from del_core.experiments.spawned import StepFailed, run_spawned
 

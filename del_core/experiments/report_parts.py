@@ -1,4 +1,4 @@
-"""The report helpers of every experiment: cell formatters, markdown tables, and the figure.
+"""The parts every experiment's report is made of: cell formatters, markdown tables, and the figure.
 
     plus_minus(0.5, 0.02, 100, 1)         "50.0 ± 2.0"   (a mean and its spread, scaled)
     interval_text(0.21, 0.03, 100, 1)     "+21.0 [+18.0, +24.0]"   (a difference and its 95% interval)
