@@ -10,7 +10,7 @@ from .losses import LOSS_NAMES, LossOutput, NumericLoss, build_loss
 from .spans import IGNORE_INDEX, NumberSpans, number_spans
 from .vocab import DigitVocab, MultiDigitVocabularyError
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "IGNORE_INDEX",
