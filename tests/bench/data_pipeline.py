@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # tests/helpers
 SEED, MAX_LENGTH, EVAL_SIZE = 42, 1500, 64
 TARGETS = {"cached start-up s": 15.0, "data memory per rank GB": 0.5}
 GB = 1e9
@@ -134,23 +136,9 @@ def worker(path: str, data: str, tokenizer_dir: str, cache: str, num_proc: int, 
 # --- the driver --------------------------------------------------------------------------------
 def measure(path: str, data: Path, tokenizer_dir: Path, cache: Path, num_proc: int, out: Path) -> list[dict]:
     """One measurement with 2 local ranks; each rank's record."""
-    from del_core.parallel.rendezvous import free_port
+    from helpers.torchrun import torchrun_command
 
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-        __file__,
-        "--worker",
-        path,
-        str(data),
-        str(tokenizer_dir),
-        str(cache),
-        str(num_proc),
-        str(out),
-    ]
+    command = torchrun_command(2, __file__, "--worker", path, data, tokenizer_dir, cache, num_proc, out)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True)
     if proc.returncode:

@@ -44,12 +44,12 @@ from typing import Optional
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(HERE)]
 
 from del_core.data.sequence_shards import padded_length  # noqa: E402
-from del_core.parallel.rendezvous import free_port  # noqa: E402
 from del_core.training.memory_model import ModelShape, TrainShape, estimate  # noqa: E402
+from helpers.tiny_models import tiny_causal_lm  # noqa: E402
+from helpers.torchrun import torchrun_command  # noqa: E402
 
 BENCH_MODEL = ModelShape(
     hidden=256, intermediate=1024, layers=4, heads=4, kv_heads=2, vocab=100, qkv_bias=True, tied_embeddings=True
@@ -72,17 +72,14 @@ class Point:
     rss_bytes: list[list[int]]
 
 
-def qwen2_config(shape: ModelShape, max_len: int, tied: bool, **extra):
-    """The transformers Qwen2Config of ``shape`` (positions up to ``max_len``; ``extra`` on top)."""
-    from transformers import Qwen2Config
-
-    return Qwen2Config(
-        vocab_size=shape.vocab,
-        hidden_size=shape.hidden,
-        intermediate_size=shape.intermediate,
-        num_hidden_layers=shape.layers,
-        num_attention_heads=shape.heads,
-        num_key_value_heads=shape.kv_heads,
+def qwen2_model(shape: ModelShape, max_len: int, tied: bool, **extra):
+    """A random Qwen2 of ``shape`` (positions up to ``max_len``; ``extra`` config keys on top), seed 0."""
+    dims = dict(hidden=shape.hidden, intermediate=shape.intermediate, layers=shape.layers, heads=shape.heads)
+    return tiny_causal_lm(
+        "qwen2",
+        shape.vocab,
+        **dims,
+        kv_heads=shape.kv_heads,
         max_position_embeddings=max_len,
         tie_word_embeddings=tied,
         **extra,
@@ -92,9 +89,8 @@ def qwen2_config(shape: ModelShape, max_len: int, tied: bool, **extra):
 def save_char_model(directory: Path, shape: ModelShape, max_len: int) -> Path:
     """A random Qwen2 of ``shape`` with a character-level tokenizer (printable ASCII, one token per
     character: the digits and '.' are single tokens), saved as a Hugging Face directory."""
-    import torch
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {token: i for i, token in enumerate(SPECIAL_TOKENS + tuple(TOKEN_CHARS))}
     if len(vocab) != shape.vocab:
@@ -103,16 +99,10 @@ def save_char_model(directory: Path, shape: ModelShape, max_len: int) -> Path:
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     core.decoder = decoders.Fuse()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", eos_token="<eos>")
-    torch.manual_seed(0)
-    config = qwen2_config(
-        shape,
-        max_len,
-        shape.tied_embeddings,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
+    ids = dict(
+        eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
     )
-    Qwen2ForCausalLM(config).save_pretrained(str(directory))
+    qwen2_model(shape, max_len, shape.tied_embeddings, **ids).save_pretrained(str(directory))
     tokenizer.save_pretrained(str(directory))
     return directory
 
@@ -212,18 +202,9 @@ def run_point(args: argparse.Namespace, seq_len: int, sp: int) -> Point:
     """Launch one (T, SP) run and collect every rank's measurements."""
     run_dir = args.work / f"run-T{seq_len}-sp{sp}"
     out_file = args.work / f"T{seq_len}-sp{sp}.json"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={sp}",
-        f"--master_port={free_port()}",
-        __file__,
-        "--worker",
-        str(out_file),
-        str(args.repeats),
-        *trainer_overrides(args, seq_len, sp, run_dir),
-    ]
+    command = torchrun_command(
+        sp, __file__, "--worker", out_file, args.repeats, *trainer_overrides(args, seq_len, sp, run_dir)
+    )
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",
@@ -293,14 +274,10 @@ def measure_one_process(shape: ModelShape, seq_len: int, dtype, checkpointing: b
     import torch
     from bench_common import QWEN2_VOCAB, make_labels
     from live_bytes import peak_live_bytes
-    from transformers import Qwen2ForCausalLM
 
     from del_core import build_loss
 
-    config = qwen2_config(shape, seq_len, tied=False, use_cache=False)
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).to(dtype).train()
+    model = qwen2_model(shape, seq_len, tied=False, use_cache=False, attn_implementation="sdpa").to(dtype).train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     ids, positions = torch.randint(30, shape.vocab, (1, seq_len)), torch.arange(seq_len)[None]

@@ -71,6 +71,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO), str(REPO / "tests")]  # tests/helpers, in the driver and in every worker
 SIDES = ("trainer", "hf")
 PHASES = (
     "data",
@@ -105,26 +106,13 @@ def write_rows(path: Path, n_rows: int) -> None:
 
 def quick_model(directory: Path, tokenizer_source: str) -> Path:
     """A random-initialised 2-layer Llama (hidden 64, tied head) with SmolLM2's tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers import AutoTokenizer
+
+    from helpers.tiny_models import save_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
-    torch.manual_seed(SEED)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-    )
-    LlamaForCausalLM(config).save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
-    return directory
+    shape = dict(hidden=64, layers=2, heads=4, kv_heads=2, max_position_embeddings=2048, tie_word_embeddings=True)
+    return save_tiny_model(directory, tokenizer, "llama", **shape, bos_token_id=tokenizer.bos_token_id, seed=SEED)
 
 
 # --- one run (a worker process, one per rank) ------------------------------------------------------
@@ -427,6 +415,7 @@ class RunResult:
 def launch(spec: RunSpec, args: argparse.Namespace, run_dir: Path) -> dict:
     run_dir.mkdir(parents=True)
     from del_core.parallel.rendezvous import free_port
+    from helpers.torchrun import torchrun_command
 
     worker_args = [str(Path(__file__).resolve()), "--worker", json.dumps(spec.__dict__), "--out", str(run_dir)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
@@ -437,14 +426,7 @@ def launch(spec: RunSpec, args: argparse.Namespace, run_dir: Path) -> dict:
         command = [sys.executable, *worker_args]
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     else:
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={spec.nproc}",
-            f"--master_port={free_port()}",
-            *worker_args,
-        ]
+        command = torchrun_command(spec.nproc, *worker_args)
     done = subprocess.run(command, env=env, capture_output=True, text=True)
     if done.returncode:
         sys.stderr.write(done.stdout[-4000:] + done.stderr[-8000:])

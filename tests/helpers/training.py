@@ -8,36 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from del_core.parallel.rendezvous import free_port
+from helpers.tiny_models import save_tiny_model
+from helpers.torchrun import torchrun_command
 
 REPO = Path(__file__).resolve().parents[2]
 TRAIN = REPO / "recipes" / "train.py"
-
-
-def _save_tiny(directory: Path, tokenizer, architecture: str, shape: dict, **extra) -> Path:
-    """A random-initialised model of ``architecture`` ("qwen2" or "llama") with ``shape`` (hidden,
-    layers, heads, kv_heads) and a row per token of ``tokenizer``, saved with it (seed 0)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    config_class, model_class = {"qwen2": (Qwen2Config, Qwen2ForCausalLM), "llama": (LlamaConfig, LlamaForCausalLM)}[
-        architecture
-    ]
-    torch.manual_seed(0)
-    config = config_class(
-        vocab_size=len(tokenizer),
-        hidden_size=shape["hidden"],
-        intermediate_size=2 * shape["hidden"],
-        num_hidden_layers=shape["layers"],
-        num_attention_heads=shape["heads"],
-        num_key_value_heads=shape["kv_heads"],
-        max_position_embeddings=512,
-        eos_token_id=tokenizer.eos_token_id,
-        **extra,
-    )
-    model_class(config).save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
-    return directory
 
 
 def make_tiny_qwen2(
@@ -46,8 +21,8 @@ def make_tiny_qwen2(
     """A random-initialised Qwen2 (default 2 layers, hidden 32, tied head) with the real Qwen2
     tokenizer (151,936 rows), saved as a Hugging Face directory."""
     shape = {"hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads}
-    return _save_tiny(
-        directory, tokenizer, "qwen2", shape, tie_word_embeddings=True, bos_token_id=tokenizer.eos_token_id
+    return save_tiny_model(
+        directory, tokenizer, "qwen2", **shape, tie_word_embeddings=True, bos_token_id=tokenizer.eos_token_id
     )
 
 
@@ -60,7 +35,7 @@ def make_tiny_llama3(
     conversion), saved with the tokenizer as a Hugging Face directory."""
     shape = {"hidden": hidden, "layers": layers, "heads": heads, "kv_heads": kv_heads}
     extra = {"rope_theta": 500000.0, "tie_word_embeddings": False, "bos_token_id": tokenizer.bos_token_id}
-    return _save_tiny(directory, tokenizer, "llama", shape, **extra)
+    return save_tiny_model(directory, tokenizer, "llama", **shape, **extra)
 
 
 def tiny_run(model: Path, cache_dir: Path, **extra) -> dict:
@@ -91,18 +66,7 @@ def run_train(
 ) -> subprocess.CompletedProcess:
     """``recipes/train.py [recipe] key=value ...``; one plain process when nproc == 1, else torchrun."""
     args = ([str(recipe)] if recipe else []) + [f"{k}={v}" for k, v in overrides.items() if k != "recipe"]
-    if nproc == 1:
-        command = [sys.executable, str(TRAIN), *args]
-    else:
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            f"--nproc_per_node={nproc}",
-            f"--master_port={free_port()}",
-            str(TRAIN),
-            *args,
-        ]
+    command = [sys.executable, str(TRAIN), *args] if nproc == 1 else torchrun_command(nproc, TRAIN, *args)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != expect_rc:

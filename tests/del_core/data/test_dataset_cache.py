@@ -9,7 +9,6 @@ import copy
 import json
 import os
 import subprocess
-import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -21,8 +20,8 @@ from del_core.data import dataset_cache as cache_module
 from del_core.data.dataset_cache import DataRequest, prepare_cached_training_data
 from del_core.data.splits import prepare_training_data
 from del_core.data.synthetic import make_problems
-from del_core.parallel.rendezvous import free_port
 from del_core.training.schedule import StepPlan
+from helpers.torchrun import torchrun_command
 
 WORKER = Path(__file__).with_name("cache_worker.py")
 CHAT_ROW = {
@@ -164,18 +163,8 @@ def test_two_local_ranks_share_one_entry_and_get_the_in_memory_batches(tmp_path,
     request = DataRequest(str(data_file), "train", None, 8, 128, True, 7, "chat")
     smollm2.save_pretrained(str(tmp_path / "tokenizer"))
     (tmp_path / "request.json").write_text(json.dumps(asdict(request)))
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node=2",
-        f"--master_port={free_port()}",
-        str(WORKER),
-        str(tmp_path / "tokenizer"),
-        str(tmp_path / "request.json"),
-        str(tmp_path / "cache"),
-        str(tmp_path / "out"),
-    ]
+    inputs = (tmp_path / "tokenizer", tmp_path / "request.json", tmp_path / "cache", tmp_path / "out")
+    command = torchrun_command(2, WORKER, *inputs)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]

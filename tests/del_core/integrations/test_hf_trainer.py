@@ -26,7 +26,7 @@ import torch
 from del_core import build_loss, number_spans
 from del_core.integrations import DELTrainer, UnsupportedSetupError
 from del_core.integrations.setup_checks import loss_path_problems
-from del_core.parallel import free_port
+from helpers.torchrun import torchrun_command
 from helpers.training import make_tiny_qwen2
 
 WORKER = Path(worker.__file__)
@@ -81,15 +81,7 @@ def launch(nproc: int, spec: dict, runs: list[dict]) -> None:
     """The worker under torch.distributed.run with ``nproc`` gloo processes on the CPU."""
     path = Path(spec["out"]) / f"spec-{runs[0]['name']}.json"
     path.write_text(json.dumps({**spec, "runs": runs}))
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc_per_node={nproc}",
-        f"--master_port={free_port()}",
-        str(WORKER),
-        str(path),
-    ]
+    command = torchrun_command(nproc, WORKER, path)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     if proc.returncode != 0:

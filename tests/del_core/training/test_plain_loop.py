@@ -15,26 +15,12 @@ from del_core.data.tokenized import TokenBatch, collate
 from del_core.experiments.numeric_bench.char_tokenizer import build_tokenizer, encode_examples
 from del_core.training import plain_loop
 from del_core.training.plain_loop import PlainLoopConfig, StepRecord, learning_rate, make_loss
+from helpers.tiny_models import tiny_causal_lm
 
 
 def _tiny_llama(vocab_size: int, seed: int = 0) -> torch.nn.Module:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=vocab_size,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=1,
-    )
-    return LlamaForCausalLM(config)
+    shape = dict(hidden=16, layers=1, heads=2, kv_heads=2, max_position_embeddings=32, tie_word_embeddings=True)
+    return tiny_causal_lm("llama", vocab_size, **shape, pad_token_id=0, eos_token_id=1, bos_token_id=1, seed=seed)
 
 
 def _batches() -> tuple[list[TokenBatch], DigitVocab, int]:

@@ -18,6 +18,7 @@ from del_core.parallel import ParallelDims, ParallelLayoutError, check_sequence_
 from del_core.parallel.rendezvous import free_port
 from del_core.training.config import DataConfig, ModelConfig, ParallelConfig, TrainConfig
 from del_core.training.engine import gradient_divisor
+from helpers.tiny_models import tiny_causal_lm
 
 
 def test_sp_must_be_a_positive_size():
@@ -110,20 +111,8 @@ def test_block_causal_mask_keeps_packed_examples_apart():
 
 @pytest.fixture(scope="module")
 def tiny_lm():
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        attn_implementation="sdpa",
-        use_cache=False,
-    )
-    return Qwen2ForCausalLM(config).eval()
+    shape = dict(hidden=16, layers=2, heads=4, kv_heads=2)
+    return tiny_causal_lm("qwen2", 64, **shape, attn_implementation="sdpa", use_cache=False, seed=0).eval()
 
 
 def test_packed_sdpa_equals_the_examples_run_apart(tiny_lm):

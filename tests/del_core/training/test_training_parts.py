@@ -18,6 +18,7 @@ from del_core.training.deepspeed_config import build_ds_config
 from del_core.training.records import EvalRecord, FinalRecord, TrainRecord, read_metrics, record_to_json
 from del_core.training.schedule import StepPlan, warmup_cosine
 from del_core.training.step_metrics import StepReadout, StepSums, read_step, step_counts, train_record
+from helpers.tiny_models import tiny_causal_lm
 
 
 # --- batch plan and schedule ----------------------------------------------------------------
@@ -188,19 +189,7 @@ def test_packed_sequences_attend_within_their_example():
     """Logits of two examples packed into one row (attention_mask None, position ids restarting,
     no KV cache - transformers only detects packing without one)
     equal the logits of each example alone: transformers keeps attention per example."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=50,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-        )
-    ).eval()
+    model = tiny_causal_lm("qwen2", 50, hidden=32, layers=2, heads=4, kv_heads=2, seed=0).eval()
     a, b = torch.randint(0, 50, (1, 5)), torch.randint(0, 50, (1, 7))
     packed = torch.cat([a, b], 1)
     positions = torch.tensor([[0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6]])
