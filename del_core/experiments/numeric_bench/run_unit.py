@@ -4,12 +4,11 @@ A run is one :class:`~del_core.experiments.grid.Unit` of the experiments core (l
 phase: "select" scored on the validation split; "test" on the test and OOD splits; "untrained" the
 seed's initial weights, scored like "test"), and its result the core's one unit record
 (:class:`~del_core.experiments.results.UnitResult`, with one EvalResult per split). A run is a
-function of its unit and the benchmark configuration:
-the seed fixes the initial weights and the order of the training problems, so every loss sees the
-same model and the same batches. Training is the project's plain-PyTorch loop
-(:mod:`del_core.training.plain_loop`) rather than the DeepSpeed trainer: a benchmark is a hundred
-runs of well under a minute each, on models of a few hundred thousand parameters, where the
-engine's start-up alone would dominate.
+function of its unit and the benchmark configuration: the seed fixes the initial weights and the
+order of the training problems, so every loss sees the same model and the same batches. Training
+is the project's plain-PyTorch loop (:mod:`del_core.training.plain_loop`) rather than the DeepSpeed
+trainer: a benchmark is a hundred runs of well under a minute each, on models of a few hundred
+thousand parameters, where the engine's start-up alone would dominate.
 """
 
 from __future__ import annotations
