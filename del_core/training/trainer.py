@@ -72,7 +72,6 @@ from del_core.parallel import (
     sum_named,
 )
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
-from del_core.training import checkpoints, run_lock
 from del_core.training import engine as ds
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import accumulation_steps, build_ds_config
@@ -81,8 +80,10 @@ from del_core.training.loss_weight import AutoWeight
 from del_core.training.objective import CausalLMObjective, LossCompilation
 from del_core.training.records import EvalRecord, FinalRecord, ResumeRecord, TrainRecord, cut_back
 from del_core.training.reporting import Reporter, SilentReporter
-from del_core.training.run_identity import Override, compare, run_identity, saved_identity
-from del_core.training.run_status import StopRequest, write_status
+from del_core.training.run_folder import checkpoints
+from del_core.training.run_folder import lock as run_lock
+from del_core.training.run_folder.identity import Override, compare, run_identity, saved_identity
+from del_core.training.run_folder.status import StopRequest, write_status
 from del_core.training.schedule import StepPlan, warmup_cosine
 from del_core.training.step_metrics import StepSums, read_step, step_counts, train_record
 from del_core.training.summary import HELDOUT_ANSWERS, answer_records, print_summary

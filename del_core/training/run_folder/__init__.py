@@ -1,0 +1,2 @@
+"""The run's output folder (``run.output_dir``): the lock, the identity a resume must share, the
+status file and the stop signals, the verified checkpoints."""
