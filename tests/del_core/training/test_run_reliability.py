@@ -254,7 +254,7 @@ def restored_signals():
 
 
 def test_ctrl_c_asks_for_a_clean_stop_with_exit_code_130(restored_signals):
-    from del_core.training.run_folder.status import StopRequest
+    from del_core.training.run_folder import StopRequest
 
     stop = StopRequest()
     os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the handler only records it
@@ -265,13 +265,15 @@ def test_ctrl_c_asks_for_a_clean_stop_with_exit_code_130(restored_signals):
 
 
 def test_an_exception_marks_the_run_failed_never_running(tmp_path, monkeypatch, restored_signals):
+    from del_core.parallel import ParallelDims
     from del_core.training import trainer as trainer_module
-    from del_core.training.run_folder.status import StopRequest, write_status
+    from del_core.training.run_folder import RunFolder, StopRequest
 
     def setup(self):
         self.stop = StopRequest()
-        write_status(self.output_dir, "running", 2)
-        self._status_written, self.step = True, 2
+        self.folder = RunFolder(self.output_dir, ParallelDims(world=1, rank=0, tp=1, dp=1, dp_rank=0), print)
+        self.folder.mark_running(2, self.stop)
+        self.step = 2
 
     def train(self):
         raise FloatingPointError("step 3: the loss is nan")
