@@ -180,7 +180,7 @@ class RunConfig:
     save_every: int = 0  # checkpoint every N optimizer steps (0: none during training)
     save_total_limit: int = 2  # complete checkpoints kept (older ones are deleted)
     resume: str = "no"  # no, auto (newest verified complete checkpoint in OUTPUT_DIR/checkpoints), or a checkpoint dir
-    # Identity keys (del_core/training/run_identity.py) a resume changes on purpose, e.g. [optimizer.lr];
+    # Identity keys (del_core/training/run_folder/identity.py) a resume changes on purpose, e.g. [optimizer.lr];
     # without them a resume with a different loss, optimizer, schedule, data, model... is refused.
     resume_override: list[str] = field(default_factory=list)
     overwrite: bool = False  # a run with resume=no into a folder holding another run: delete that run first

@@ -15,7 +15,6 @@ from del_core.training.records import EvalRecord
 _COLUMNS = ("ce", "digit_acc", "digit_entropy", "number_acc", "tf_answer_acc", "answer_acc")
 _QUESTION_WIDTH = 58
 _ANSWER_WIDTH = 12
-HELDOUT_ANSWERS = "heldout_answers.jsonl"  # in OUTPUT_DIR: every greedy answer, before and after
 
 
 def _table_row(label: str, record: EvalRecord, columns: Sequence[str]) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from del_core.training import checkpoints
+from del_core.training.run_folder import checkpoints
 from del_core.training.schedule import warmup_cosine
 from helpers.shared import real_tokenizer
 from helpers.training import REPO, TRAIN, make_tiny_qwen2, records, run_train, tiny_run, train_losses

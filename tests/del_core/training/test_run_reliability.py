@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from del_core.config import ConfigError
-from del_core.training import checkpoints, run_lock
 from del_core.training.config import TrainConfig
 from del_core.training.records import cut_back, read_metrics
-from del_core.training.run_identity import FREE_KEYS, compare, run_identity, saved_identity
+from del_core.training.run_folder import checkpoints
+from del_core.training.run_folder import lock as run_lock
+from del_core.training.run_folder.identity import FREE_KEYS, compare, run_identity, saved_identity
 
 
 def _fake_checkpoint(root: Path, step: int) -> Path:
@@ -87,7 +88,7 @@ def test_marker_without_manifest_is_accepted_unverified(tmp_path):
 
 # --- the lock ------------------------------------------------------------------------------------
 _HOLD = (
-    "import sys, time; from pathlib import Path; from del_core.training import run_lock; "
+    "import sys, time; from pathlib import Path; from del_core.training.run_folder import lock as run_lock; "
     "run_lock.acquire(Path(sys.argv[1]), print); print('held', flush=True); time.sleep(60)"
 )
 
@@ -117,7 +118,7 @@ def test_a_second_run_into_a_locked_folder_is_refused_naming_the_holder(tmp_path
 def test_a_stale_lock_held_by_an_orphan_is_taken_over(tmp_path):
     """The lock's holder (recorded pid) is dead but a forked child still holds the flock."""
     code = (
-        "import os, sys, time; from pathlib import Path; from del_core.training import run_lock; "
+        "import os, sys, time; from pathlib import Path; from del_core.training.run_folder import lock as run_lock; "
         "run_lock.acquire(Path(sys.argv[1]), print)\n"
         "child = os.fork()\nif child == 0:\n    time.sleep(60)\n"
         "else:\n    print(os.getpid(), child, flush=True); os._exit(0)"
@@ -253,7 +254,7 @@ def restored_signals():
 
 
 def test_ctrl_c_asks_for_a_clean_stop_with_exit_code_130(restored_signals):
-    from del_core.training.run_status import StopRequest
+    from del_core.training.run_folder import StopRequest
 
     stop = StopRequest()
     os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the handler only records it
@@ -264,13 +265,15 @@ def test_ctrl_c_asks_for_a_clean_stop_with_exit_code_130(restored_signals):
 
 
 def test_an_exception_marks_the_run_failed_never_running(tmp_path, monkeypatch, restored_signals):
+    from del_core.parallel import ParallelDims
     from del_core.training import trainer as trainer_module
-    from del_core.training.run_status import StopRequest, write_status
+    from del_core.training.run_folder import RunFolder, StopRequest
 
     def setup(self):
         self.stop = StopRequest()
-        write_status(self.output_dir, "running", 2)
-        self._status_written, self.step = True, 2
+        self.folder = RunFolder(self.output_dir, ParallelDims(world=1, rank=0, tp=1, dp=1, dp_rank=0), print)
+        self.folder.mark_running(2, self.stop)
+        self.step = 2
 
     def train(self):
         raise FloatingPointError("step 3: the loss is nan")

@@ -12,10 +12,10 @@ import torch
 from del_core import DigitVocab
 from del_core.config import ConfigError
 from del_core.data.tokenized import TokenBatch, check_target_ids
-from del_core.training import checkpoints
 from del_core.training.config import load_train_config
 from del_core.training.deepspeed_config import build_ds_config
 from del_core.training.records import EvalRecord, FinalRecord, TrainRecord, read_metrics, record_to_json
+from del_core.training.run_folder import checkpoints
 from del_core.training.schedule import StepPlan, warmup_cosine
 from del_core.training.step_metrics import StepReadout, StepSums, read_step, step_counts, train_record
 from helpers.tiny_models import tiny_causal_lm

@@ -2,7 +2,7 @@
 
 Layout: ``OUTPUT_DIR/checkpoints/step_000300/`` holds what ``engine.save_checkpoint`` wrote (every
 rank's shards) and, written LAST by rank 0 after all ranks finished, ``COMPLETE.json``: the step,
-the run identity (:mod:`del_core.training.run_identity`), the resume overrides so far, and the
+the run identity (:mod:`del_core.training.run_folder.identity`), the resume overrides so far, and the
 manifest: every file's size and CRC-32. A directory without that marker - a save that crashed
 half-way - is never resumed from and is deleted when the next complete checkpoint lands. A
 complete one is verified against its manifest before it is loaded; ``run.resume=auto`` falls back

@@ -1,0 +1,163 @@
+"""The model side of a run's set-up: the tokenizer with its number vocabulary (which the loss may
+need), and the causal LM it trains - in the run's precision and attention kernel, created already
+partitioned under ZeRO-3, with LoRA adapters when enabled, checked and wrapped for the parallel
+layout (tensor-parallel head counts, Ulysses attention)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from del_core import DigitVocab, MultiDigitVocabularyError
+from del_core.config import ConfigError
+from del_core.losses import loss_needs
+from del_core.models import (
+    LoraSettings,
+    LoraTargetError,
+    attention_implementation,
+    check_targets,
+    hf_model,
+    load_model,
+    parameter_counts,
+    resolve_model,
+    resolve_tokenizer,
+    wrap_with_lora,
+)
+from del_core.parallel import ParallelDims, check_head_counts, check_sequence_head_counts
+from del_core.tokenizers import CACHE_ROOT, load_tokenizer
+from del_core.training import engine as ds
+from del_core.training.config import TrainConfig
+from del_core.training.runtime import Runtime
+
+
+@dataclass(frozen=True)
+class RunTokenizer:
+    """The tokenizer of a run and where the model and the tokenizer come from."""
+
+    model_source: str  # what load_model reads: a Hugging Face folder or hub name
+    source: str  # the tokenizer's: the model's, or model.tokenizer resolved
+    tokenizer: Any
+    pad_id: int  # the tokenizer's pad id, else its EOS id
+    vocab: Optional[DigitVocab]  # None: the tokenizer has no number vocabulary (and the loss needs none)
+
+
+def load_run_tokenizer(
+    config: TrainConfig, ordered: AbstractContextManager, log: Callable[[str], None]
+) -> RunTokenizer:
+    """The tokenizer ``model.tokenizer`` (else the model's) names, resolved and loaded inside
+    ``ordered`` (the trainer's :func:`del_core.parallel.local_main_first`: local rank 0 converts
+    or downloads first). ConfigError without an EOS token, or when the loss needs a number
+    vocabulary the tokenizer does not have."""
+    model = config.model
+    cache = Path(model.cache_dir) if model.cache_dir else CACHE_ROOT
+    with ordered:
+        model_source = resolve_model(model.name, cache)
+        source = resolve_tokenizer(model.tokenizer, cache) if model.tokenizer else model_source
+        tokenizer = load_tokenizer(source, cache / "tokenizers")
+    if tokenizer.eos_token_id is None:
+        raise ConfigError(f"tokenizer {source} has no EOS token")
+    pad = tokenizer.pad_token_id
+    pad_id = pad if pad is not None else tokenizer.eos_token_id
+    vocab = number_vocabulary(tokenizer, str(source), config.loss.name, log)
+    return RunTokenizer(model_source, source, tokenizer, pad_id, vocab)
+
+
+def number_vocabulary(tokenizer: Any, name: str, loss: str, log: Callable[[str], None]) -> Optional[DigitVocab]:
+    """The tokenizer's digit vocabulary; None when it has none and ``loss`` needs none
+    (ConfigError when it does)."""
+    try:
+        vocab = DigitVocab.from_tokenizer(tokenizer, name=name)
+    except MultiDigitVocabularyError as err:
+        if loss_needs(loss).vocab:
+            raise ConfigError(f"loss {loss} cannot score this tokenizer: {err}") from None
+        log(f"[vocab] no number vocabulary ({err}); loss {loss} runs without digit metrics")
+        return None
+    log(f"[vocab] {vocab.describe()}")
+    return vocab
+
+
+@dataclass(frozen=True)
+class TrainingModel:
+    """The causal LM of a run, ready for its loss and its engine."""
+
+    model: Any  # the Hugging Face model (with LoRA: the one inside peft_model)
+    peft_model: Any  # the PEFT wrapper that writes the adapter with lora.enabled, else None
+    dims: ParallelDims  # with the Ulysses group under parallel.sp > 1
+    sequence_groups: Any  # DeepSpeed's Ulysses groups (mpu) for the engine, else None
+    partitioning: Any  # transformers' HfDeepSpeedConfig: the caller keeps it alive with the model
+
+
+def load_training_model(
+    config: TrainConfig,
+    source: str,
+    runtime: Runtime,
+    dims: ParallelDims,
+    ds_config: dict,
+    log: Callable[[str], None],
+) -> TrainingModel:
+    """The model ``source`` in ``runtime``'s precision, seeded with ``run.seed`` (LoRA's adapters
+    and any new weights), ZeRO-3-partitioned while it loads when ``ds_config`` says so; LoRA
+    adapters with ``lora.enabled``; its head counts checked for ``parallel.tp``; Ulysses around
+    its attention with ``parallel.sp`` > 1 (before the engine is built with its groups)."""
+    model_cfg = config.model
+    torch.manual_seed(config.run.seed)
+    partitioning = ds.partitioning_context(ds_config, dims.tp)
+    attn = attention_implementation(model_cfg.attn_implementation, runtime.on_gpu)
+    model = load_model(source, runtime.dtype, attn, model_cfg.gradient_checkpointing)
+    log(
+        f"[model] {source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
+        f"{'on' if model_cfg.gradient_checkpointing else 'off'}"
+    )
+    peft_model = None
+    if config.lora.enabled:
+        peft_model = _wrap_with_lora(model, config, log)
+        model = hf_model(peft_model)
+    if dims.tp > 1:
+        check_head_counts(model.config, dims.tp)
+    groups = None
+    if dims.sp > 1:
+        groups, dims = _register_sequence_parallel(model, attn, dims, config.run.micro_batch_size, log)
+    return TrainingModel(model, peft_model, dims, groups, partitioning)
+
+
+def output_vocab_size(model: Any) -> int:
+    """The logit columns of a causal LM: its LM head's ``out_features`` (the module's full size,
+    also while ZeRO-3 partitions the weight), else the text config's ``vocab_size``."""
+    size = getattr(model.get_output_embeddings(), "out_features", None)
+    return int(size if size is not None else model.config.get_text_config().vocab_size)
+
+
+def _wrap_with_lora(model: Any, config: TrainConfig, log: Callable[[str], None]) -> Any:
+    """``model`` wrapped by PEFT with LoRA adapters on ``lora.target_modules``, base weights frozen."""
+    lora = config.lora
+    settings = LoraSettings(lora.r, lora.alpha, lora.dropout, tuple(lora.target_modules))
+    try:
+        wrapped = check_targets(model, settings.target_modules)
+    except LoraTargetError as err:
+        raise ConfigError(str(err)) from None
+    peft_model = wrap_with_lora(model, settings, config.run.seed, config.model.gradient_checkpointing)
+    trainable, total = parameter_counts(hf_model(peft_model))
+    log(
+        f"[lora] {settings.describe()}: {len(wrapped)} layers; trainable parameters {trainable:,} of "
+        f"{total:,} ({100 * trainable / total:.3f}%)"
+    )
+    return peft_model
+
+
+def _register_sequence_parallel(
+    model: Any, attn: str, dims: ParallelDims, micro_batch_size: int, log: Callable[[str], None]
+) -> tuple[Any, ParallelDims]:
+    """DeepSpeed's Ulysses around the model's attention: (its groups, ``dims`` with the group)."""
+    check_sequence_head_counts(model.config, dims.sp)
+    groups = ds.register_sequence_parallel(model, attn, dims.sp, micro_batch_size)
+    dims = ds.sequence_parallel_dims(dims, groups)
+    log(
+        f"[sp] Ulysses over {dims.sp} ranks: number spans and counts from whole sequences, each rank "
+        f"trains positions [r*T/{dims.sp}, (r+1)*T/{dims.sp}) (T padded to a multiple of {dims.sp})"
+    )
+    return groups, dims
