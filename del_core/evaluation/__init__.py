@@ -10,5 +10,4 @@ Held-out problems (training and the study): ``generation.generate_greedy`` (the 
 generation path), ``greedy_answers`` (greedy answers scored by the one answer reader) and
 ``teacher_forced`` (the one module of teacher-forced metrics: CE, digit accuracy and entropy, number
 and answer accuracy of the reference answers, token by token).
-``confidence``: t intervals and paired differences (over seeds, or over problems).
 """
