@@ -26,7 +26,7 @@ from del_core.evaluation.benchmarks import Record
 from del_core.evaluation.extract import answer_from_text
 from del_core.evaluation.program_output import answer_from_program_output, program_from_output
 from del_core.evaluation.prompts import chain_of_thought_prompt, choice_prompt, program_prompt
-from del_core.evaluation.sandbox import SandboxLimits, run_programs
+from del_core.evaluation.sandbox.harness import SandboxLimits, run_programs
 from del_core.evaluation.scoring import is_correct
 
 STDOUT_KEPT = 2000  # characters of a program's stdout kept in a row (its tail)

@@ -38,7 +38,7 @@ from del_core.evaluation.config import EvalConfig
 from del_core.evaluation.generation import GeneratorError, check_backend
 from del_core.evaluation.protocol import GenerationLengths, evaluate, score_outputs
 from del_core.evaluation.report import format_table
-from del_core.evaluation.sandbox import SandboxLimits, SandboxUnavailable, resolve_mode
+from del_core.evaluation.sandbox.harness import SandboxLimits, SandboxUnavailable, resolve_mode
 from del_core.evaluation.scoring import summarize
 from del_core.models.sources import ModelSourceError, resolve_model
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from del_core.evaluation.sandbox import (
+from del_core.evaluation.sandbox.harness import (
     BASIC_GUARANTEES,
     SandboxLimits,
     SandboxResult,
@@ -227,7 +227,7 @@ for attempt in (lambda: via_dir_fd(os.O_RDONLY), lambda: via_dir_fd(os.O_PATH), 
 """,
     "g_reading_files_and_environ": """
 shared = [os.path.join(root, f) for root, _, files in os.walk(SHARED) for f in files][:3]
-files = [OUTSIDE, CHECKOUT, os.path.join(REPO, "del_core/evaluation/sandbox.py"), "/root/.bashrc", *shared]
+files = [OUTSIDE, CHECKOUT, os.path.join(REPO, "del_core/evaluation/sandbox/harness.py"), "/root/.bashrc", *shared]
 for path in files:
     try:
         print("READ", path, open(path, "rb").read(2000))

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from del_core.evaluation import sandbox
 from del_core.evaluation.sandbox import (
     SandboxLimits,
     SandboxUnavailable,
+    harness,
     namespaces_available,
     run_program,
     run_programs,
@@ -155,8 +155,8 @@ def test_auto_runs_in_namespaces_where_bubblewrap_works():
 
 @pytest.mark.launches
 def test_without_bubblewrap_namespaces_raises_and_auto_falls_back_with_one_warning(monkeypatch, capsys):
-    monkeypatch.setitem(sandbox._PROBE, "result", (False, "bwrap is not installed (not on PATH)"))
-    monkeypatch.setitem(sandbox._PROBE, "warned", False)
+    monkeypatch.setitem(harness._PROBE, "result", (False, "bwrap is not installed (not on PATH)"))
+    monkeypatch.setitem(harness._PROBE, "warned", False)
     with pytest.raises(SandboxUnavailable, match="bubblewrap.*bwrap is not installed"):
         run_program("print(1)", SandboxLimits(mode="namespaces"))
     results = run_programs(["print(1)", "print(2)"], LIMITS, workers=2)

@@ -1,5 +1,5 @@
-"""The first code of a sandboxed program's process (run by ``sandbox.py`` as
-``python -I -B sandbox_child.py CONFIG_JSON PROGRAM``, cwd = a throwaway dir; CONFIG_JSON["mode"]
+"""The first code of a sandboxed program's process (run by ``harness.py`` as
+``python -I -B child.py CONFIG_JSON PROGRAM``, cwd = a throwaway dir; CONFIG_JSON["mode"]
 is namespaces, basic or none).
 
 Self-contained: it cannot import the project (``-I``). In this order it

@@ -1,7 +1,7 @@
 """Running generated programs in a separate, limited process.
 
 :func:`run_program` writes the program into a fresh temporary directory and runs it with the same
-Python in isolated mode (``python -I -B sandbox_child.py``, whose docstring lists what it sets up
+Python in isolated mode (``python -I -B child.py``, whose docstring lists what it sets up
 inside) with cwd, HOME and TMPDIR = that directory, a minimal environment, stdin from /dev/null and
 stdout/stderr into files kept outside it (each capped by RLIMIT_FSIZE = ``output_bytes``). On
 return, and at once when the wall-clock limit passes, the process group is killed with SIGKILL;
@@ -53,16 +53,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-CHILD = Path(__file__).resolve().with_name("sandbox_child.py")
+CHILD = Path(__file__).resolve().with_name("child.py")
 LAYERS_MARK = "SANDBOX-LAYERS "
 VIOLATION_MARK = "SANDBOX-VIOLATION"
 MODES = ("auto", "namespaces", "basic", "none")
 BWRAP = "bwrap"
 SANDBOX_UID = SANDBOX_GID = 65534  # nobody / nogroup
-CHILD_INSIDE = "/sandbox/sandbox_child.py"  # where the child script lies inside bubblewrap
+CHILD_INSIDE = "/sandbox/child.py"  # where the child script lies inside bubblewrap
 WORKDIR_BYTES = 64 << 20  # size of the working directory's tmpfs in namespaces mode
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin")
-# The escape classes of tests/del_core/evaluation/test_sandbox_attacks.py and what the basic layer
+# The escape classes of tests/del_core/evaluation/sandbox/test_sandbox_attacks.py and what the basic layer
 # does about each (namespaces mode stops them all): "refused" by the audit hook (best effort, when
 # the hook itself is not subverted), or not guaranteed.
 BASIC_GUARANTEES = {
