@@ -1,15 +1,9 @@
-"""The seven benchmark files, read into one record type.
+"""The seven benchmark files, read into :class:`~del_core.evaluation.question.Record` (its
+``kind`` says how an answer is compared).
 
 Every benchmark file is read whole; ``Record.index`` is the question's position in its file (the
-``index`` of ``--score-only`` rows). ``kind`` says how an answer is compared:
-
-  number   one number (GSM8K, SVAMP)
-  numbers  a list of numbers in the gold's order (SimulEq; a single gold value is a list of one:
-           the file gives the first unknown of questions that ask for two)
-  math     a LaTeX answer compared by normalised text, numerically, or with sympy (MATH)
-  choice   a letter A.. (AQuA, SAT, MMLU-math); ``choices`` holds the option texts
-
-A row that cannot be read raises :class:`BenchmarkError` naming the file, the row and the field.
+``index`` of ``--score-only`` rows). A row that cannot be read raises :class:`BenchmarkError`
+naming the file, the row and the field.
 """
 
 from __future__ import annotations
@@ -18,16 +12,14 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
 from del_core.data.jsonl import JsonlError, read_jsonl
+from del_core.evaluation.question import BENCHMARKS, LETTERS, Record, choices_text
+from del_core.evaluation.segments import last_boxed
 
 DATA_DIR_ENV = "DEL_BENCHMARK_DIR"
-OPEN_ENDED = ("gsm8k", "math", "svamp", "simuleq")
-MULTIPLE_CHOICE = ("aqua", "sat", "mmlu_mathematics")
-BENCHMARKS = ("gsm8k", "math", "svamp", "simuleq", "aqua", "sat", "mmlu_mathematics")
 FILES = {
     "gsm8k": "gsm8k/gsm8k.jsonl",
     "math": "math/test.jsonl",
@@ -37,21 +29,10 @@ FILES = {
     "sat": "sat/sat.json",
     "mmlu_mathematics": "mmlu_mathematics/mathematics.json",
 }
-LETTERS = "ABCDE"
 
 
 class BenchmarkError(ValueError):
     """A benchmark file, row or field that cannot be read."""
-
-
-@dataclass(frozen=True)
-class Record:
-    benchmark: str
-    index: int
-    question: str  # the text the prompt is built from (options included for multiple choice)
-    gold: Union[str, list]  # a number or LaTeX text; a letter for choice; a list of number texts for "numbers"
-    kind: str  # number | numbers | math | choice
-    choices: tuple = field(default=())
 
 
 def data_dir_from(flag: Optional[str]) -> Path:
@@ -134,10 +115,6 @@ def _gold_number(text: str, where: str, key: str) -> str:
 def _float_text(value: float) -> str:
     """51.0 -> "51"; 0.5 -> "0.5" (SVAMP writes every answer as a float)."""
     return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-def choices_text(choices) -> str:
-    return " ".join(f"({LETTERS[i]}) {c}" for i, c in enumerate(choices))
 
 
 def _gsm8k(row, index, where):
@@ -227,42 +204,6 @@ def _mmlu(row, index, where):
         "choice",
         tuple(choices),
     )
-
-
-def _boxed_at(text: str, start: int) -> Optional[tuple[str, int]]:
-    """(content, end index) of the ``\\boxed{..}`` / ``\\fbox{..}`` starting at ``start`` (braces
-    balanced; ``\\boxed 5`` too), or None."""
-    rest = text[start:]
-    brace = rest.find("{")
-    if brace < 0 or rest[len("\\fbox") if rest.startswith("\\fbox") else len("\\boxed") : brace].strip():
-        match = re.match(r"\\(?:boxed|fbox)\s+([^\s$]+)", rest)  # "\boxed 5"
-        return (match.group(1), start + match.end()) if match else None
-    depth = 0
-    for i in range(brace, len(rest)):
-        if rest[i] == "{":
-            depth += 1
-        elif rest[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return rest[brace + 1 : i], start + i + 1
-    return None
-
-
-def boxed_spans(text: str) -> list[tuple[int, int, str]]:
-    """(start, end, content) of every ``\\boxed{..}`` / ``\\fbox{..}`` of ``text``, in order."""
-    spans = []
-    for match in re.finditer(r"\\(?:boxed|fbox)(?![a-zA-Z])", text):
-        found = _boxed_at(text, match.start())
-        if found is not None:
-            spans.append((match.start(), found[1], found[0]))
-    return spans
-
-
-def last_boxed(text: str) -> Optional[str]:
-    """The content of the last ``\\boxed{..}`` / ``\\fbox{..}`` (braces balanced), or None."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    found = None if start < 0 else _boxed_at(text, start)
-    return found[0] if found else None
 
 
 def _math(row, index, where):

@@ -42,7 +42,6 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from del_core.evaluation.benchmarks import LETTERS, boxed_spans
 from del_core.evaluation.hedges import (
     boxes_hedge,
     final_statement_hedges,
@@ -60,7 +59,8 @@ from del_core.evaluation.numbers import (
     parse_number,
     spaced_thousands,
 )
-from del_core.evaluation.segments import SENTENCE_END, answer_segment, clean_segment
+from del_core.evaluation.question import LETTERS
+from del_core.evaluation.segments import SENTENCE_END, answer_segment, boxed_spans, clean_segment
 from del_core.evaluation.unknowns import in_asked_order
 
 _ARITHMETIC_CHAIN = re.compile(r"^[\s$]*[-+]?[\d.,]+(?:\s*[-+*/×x÷^]\s*\(?[\d.,]+\)?)+\s*=\s*")

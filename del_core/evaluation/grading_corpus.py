@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from del_core.evaluation.benchmarks import LETTERS, Record, choices_text
+from del_core.evaluation.question import LETTERS, Record, choices_text
 
 LABELS = ("right", "wrong", "hedge", "no_answer")
 

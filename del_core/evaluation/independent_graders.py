@@ -27,7 +27,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Optional
 
-from del_core.evaluation.benchmarks import LETTERS, Record
+from del_core.evaluation.question import LETTERS, Record
 
 _NUMBER = re.compile(r"-?\d*\.?\d+")
 

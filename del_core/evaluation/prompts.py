@@ -14,7 +14,7 @@ in chain of thought with their options ("Answer Choices: (A) .. (B) .."), alread
 from __future__ import annotations
 
 from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
-from del_core.evaluation.benchmarks import Record
+from del_core.evaluation.question import Record
 
 PROGRAM_SUFFIX = " Let's write a program."
 CHOICE_RESPONSE_PREFIX = "Let's solve the multi-choice question step by step.\n"

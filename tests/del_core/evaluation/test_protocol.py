@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from del_core.evaluation.benchmarks import Record
 from del_core.evaluation.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX
 from del_core.evaluation.protocol import GenerationLengths, evaluate, score_outputs
+from del_core.evaluation.question import Record
 from del_core.evaluation.sandbox.harness import SandboxLimits
 
 LIMITS = SandboxLimits(wall_seconds=5, cpu_seconds=3)

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from del_core.data.jsonl import JsonlError, iter_jsonl
-from del_core.evaluation.benchmarks import BENCHMARKS, MULTIPLE_CHOICE, load_benchmark
+from del_core.evaluation.benchmarks import load_benchmark
 from del_core.evaluation.extract import answer_from_text
+from del_core.evaluation.question import BENCHMARKS, MULTIPLE_CHOICE
 from del_core.evaluation.scoring import is_correct
 from helpers.shared import benchmark_dir
 
