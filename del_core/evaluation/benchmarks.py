@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from del_core.data.jsonl import JsonlError, read_jsonl
+from del_core.evaluation.answers.segments import last_boxed
 from del_core.evaluation.question import BENCHMARKS, LETTERS, Record, choices_text
-from del_core.evaluation.segments import last_boxed
 
 DATA_DIR_ENV = "DEL_BENCHMARK_DIR"
 FILES = {

@@ -14,12 +14,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from del_core.evaluation.extract import answer_from_text
+from del_core.evaluation.answers.extract import answer_from_text
+from del_core.evaluation.answers.program_output import answer_from_program_output
+from del_core.evaluation.answers.scoring import is_correct
 from del_core.evaluation.grading_corpus import CorpusItem
 from del_core.evaluation.independent_graders import GRADERS
-from del_core.evaluation.program_output import answer_from_program_output
 from del_core.evaluation.question import BENCHMARKS, Record
-from del_core.evaluation.scoring import is_correct
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Optional
 
-from del_core.evaluation.extract import answer_from_text
-from del_core.evaluation.numbers import numbers_match
-from del_core.evaluation.scoring import summarize
+from del_core.evaluation.answers.extract import answer_from_text
+from del_core.evaluation.answers.numbers import numbers_match
+from del_core.evaluation.answers.scoring import summarize
 
 
 @dataclass

@@ -26,6 +26,7 @@ from pathlib import Path
 from del_core.data.jsonl import JsonlError, iter_jsonl, write_json, write_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.rows import DataError
+from del_core.evaluation.answers.scoring import summarize
 from del_core.evaluation.benchmarks import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from del_core.evaluation.config import EvalConfig
 from del_core.evaluation.generation import GeneratorError, check_backend
@@ -33,7 +34,6 @@ from del_core.evaluation.protocol import GenerationLengths, evaluate, score_outp
 from del_core.evaluation.question import BENCHMARKS, Record
 from del_core.evaluation.report import format_table
 from del_core.evaluation.sandbox.harness import SandboxLimits, SandboxUnavailable, resolve_mode
-from del_core.evaluation.scoring import summarize
 from del_core.models.sources import ModelSourceError, resolve_model
 
 MODES = ("auto", "pot", "cot")  # how a saved output is read: see protocol.score_outputs

@@ -4,7 +4,7 @@ Teacher-forced statistics are the project's one definition (:mod:`del_core.evalu
 
 Greedy answers come from the project's one generation path
 (:func:`del_core.evaluation.generation.generate_greedy`) and are read by its one number reader
-(:mod:`del_core.evaluation.numbers`). An answer that holds no number counts as the prediction 0
+(:mod:`del_core.evaluation.answers.numbers`). An answer that holds no number counts as the prediction 0
 for MAE and log-MAE (so a loss cannot improve its MAE by answering nothing) and as wrong at every
 place.
 """
@@ -22,8 +22,8 @@ import torch
 from del_core import DigitVocab
 from del_core.data.synthetic import Problem, answer_text
 from del_core.data.tokenized import TokenBatch
+from del_core.evaluation.answers.numbers import find_numbers, log_abs_error, parse_number, place_hits
 from del_core.evaluation.generation import generate_greedy
-from del_core.evaluation.numbers import find_numbers, log_abs_error, parse_number, place_hits
 from del_core.evaluation.teacher_forced import score_examples, summarise
 from del_core.experiments.numeric_bench.char_tokenizer import encode_examples
 

@@ -177,7 +177,8 @@ def markdown(results: dict) -> str:
         "- greedy exact acc.: greedy answers to the first held-out problems of the generated styles, the number "
         'after "The answer is" (else the last number) equal to the gold.',
         "- MAE, log-MAE: over answered held-out problems, mean |p - g| and mean "
-        "|sign(p) ln(1+|p|) - sign(g) ln(1+|g|)| (del_core/evaluation/scoring.py); answered: share with a number.",
+        "|sign(p) ln(1+|p|) - sign(g) ln(1+|g|)| (del_core/evaluation/answers/scoring.py); "
+        "answered: share with a number.",
         "- TF number acc., digit entropy, held-out CE: teacher-forced over the same rows: share of numbers with "
         "every digit right (argmax among the digits), mean entropy of the ten-digit distribution at digit "
         "positions, token cross-entropy. Reference row: the starting model, scored the same way.",

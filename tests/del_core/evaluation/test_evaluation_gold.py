@@ -6,14 +6,14 @@ import io
 
 import pytest
 
+from del_core.evaluation.answers.extract import answer_from_text
+from del_core.evaluation.answers.numbers import parse_number
+from del_core.evaluation.answers.program_output import answer_from_program_output, program_from_output
+from del_core.evaluation.answers.scoring import is_correct, summarize
 from del_core.evaluation.benchmarks import load_benchmark
-from del_core.evaluation.extract import answer_from_text
-from del_core.evaluation.numbers import parse_number
-from del_core.evaluation.program_output import answer_from_program_output, program_from_output
 from del_core.evaluation.protocol import score_outputs
 from del_core.evaluation.question import BENCHMARKS, LETTERS, OPEN_ENDED
 from del_core.evaluation.sandbox.harness import SandboxLimits
-from del_core.evaluation.scoring import is_correct, summarize
 
 ROWS = {"gsm8k": 1319, "math": 5000, "svamp": 1000, "simuleq": 514, "aqua": 254, "sat": 220, "mmlu_mathematics": 974}
 

@@ -8,14 +8,20 @@ from fractions import Fraction
 
 import pytest
 
+from del_core.evaluation.answers.extract import answer_from_text
+from del_core.evaluation.answers.math_equivalence import inequality_as_interval, math_equivalent
+from del_core.evaluation.answers.numbers import (
+    find_numbers,
+    number_from_words,
+    numbers_match,
+    parse_number,
+    repeating_value,
+)
+from del_core.evaluation.answers.program_output import answer_from_program_output
+from del_core.evaluation.answers.scoring import is_correct
 from del_core.evaluation.differential import agreement_table, run_corpus
-from del_core.evaluation.extract import answer_from_text
 from del_core.evaluation.grading_corpus import FORMS, HELD_OUT_FORMS
-from del_core.evaluation.math_equivalence import inequality_as_interval, math_equivalent
-from del_core.evaluation.numbers import find_numbers, number_from_words, numbers_match, parse_number, repeating_value
-from del_core.evaluation.program_output import answer_from_program_output
 from del_core.evaluation.question import BENCHMARKS, Record
-from del_core.evaluation.scoring import is_correct
 
 CHOICE = Record("aqua", 0, "q", "C", "choice", ("12", "15", "18", "20", "None of these"))
 NUMBER = Record("gsm8k", 0, "q", "18", "number")

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from del_core.evaluation.answers.numbers import numbers_match
 from del_core.evaluation.greedy_answers import HeldoutSummary, answer_accuracy, reference_answer, score_heldout
-from del_core.evaluation.numbers import numbers_match
 
 
 def test_reference_answer_uses_the_same_reader_as_outputs():

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Optional
 
-from del_core.evaluation.numbers import numbers_match, parse_number
+from del_core.evaluation.answers.numbers import numbers_match, parse_number
 
 SYMPY_SECONDS = 3.0
 _ROW_BREAK = "\x00"  # stands for a matrix row separator while the rest is normalised

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
+from del_core.evaluation.answers.extract import answer_from_text
+from del_core.evaluation.answers.math_equivalence import math_equivalent
+from del_core.evaluation.answers.numbers import find_numbers, numbers_match
+from del_core.evaluation.answers.program_output import answer_from_program_output, program_from_output
+from del_core.evaluation.answers.scoring import is_correct, summarize
 from del_core.evaluation.benchmarks import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
-from del_core.evaluation.extract import answer_from_text
-from del_core.evaluation.math_equivalence import math_equivalent
-from del_core.evaluation.numbers import find_numbers, numbers_match
-from del_core.evaluation.program_output import answer_from_program_output, program_from_output
 from del_core.evaluation.question import Record
-from del_core.evaluation.scoring import is_correct, summarize
 
 CHOICES = ("p = 4", "p = 8", "p = 12", "p = 24")
 

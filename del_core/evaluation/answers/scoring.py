@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Optional
 
-from del_core.evaluation.math_equivalence import math_equivalent, normalize
-from del_core.evaluation.numbers import log_abs_error, numbers_match, parse_number, place_hits
+from del_core.evaluation.answers.math_equivalence import math_equivalent, normalize
+from del_core.evaluation.answers.numbers import log_abs_error, numbers_match, parse_number, place_hits
 from del_core.evaluation.question import BENCHMARKS, Record
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from del_core.data.jsonl import JsonlError, iter_jsonl
+from del_core.evaluation.answers.extract import answer_from_text
+from del_core.evaluation.answers.scoring import is_correct
 from del_core.evaluation.benchmarks import load_benchmark
-from del_core.evaluation.extract import answer_from_text
 from del_core.evaluation.question import BENCHMARKS, MULTIPLE_CHOICE
-from del_core.evaluation.scoring import is_correct
 from helpers.shared import benchmark_dir
 
 CASES_DIR = Path(__file__).parent / "scoring_cases"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from del_core.evaluation.numbers import NUMBER_PATTERN, thousands_with_commas
+from del_core.evaluation.answers.numbers import NUMBER_PATTERN, thousands_with_commas
 
 _ASKING = re.compile(r"^\s*(?:find|what|how|determine|calculate|solve|compute)\b", re.I)
 _STOPWORDS = frozenset(

@@ -17,10 +17,10 @@ import re
 from collections.abc import Sequence
 from typing import Optional
 
-from del_core.evaluation.math_equivalence import inequality_as_interval
-from del_core.evaluation.numbers import NUMBER_PATTERN, find_numbers, parse_number
+from del_core.evaluation.answers.math_equivalence import inequality_as_interval
+from del_core.evaluation.answers.numbers import NUMBER_PATTERN, find_numbers, parse_number
+from del_core.evaluation.answers.segments import SENTENCE_END, boxed_spans, clean_segment
 from del_core.evaluation.question import LETTERS
-from del_core.evaluation.segments import SENTENCE_END, boxed_spans, clean_segment
 
 _GIVES_UP = re.compile(
     r"\b(?:cannot|can't|unable to|not sure|don't know|do not know|no way to|not enough|insufficient|impossible)\b", re.I

@@ -14,7 +14,7 @@ program printed is read by :mod:`.program_output`.
     (one number each), else the segment, else the last sentence that has numbers: when that
     sentence assigns ("x = 4, y = 6"), the last run of assignments (each unknown's last value, in
     the order stated); otherwise its numbers, ordered by the names the question asks for
-    (:mod:`del_core.evaluation.unknowns`: "9 poets and 15 novelists" answers "How many novelists
+    (:mod:`del_core.evaluation.answers.unknowns`: "9 poets and 15 novelists" answers "How many novelists
     ..? How many poets ..?" with 15, 9). A hedge ("30 or 32") is no answer.
   * math: the segment up to the end of its sentence (its first ``$..$`` when it starts with one or
     with words, "The result comes to $x$."; an escaped ``\\$`` is a currency sign),
@@ -42,7 +42,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Optional, Union
 
-from del_core.evaluation.hedges import (
+from del_core.evaluation.answers.hedges import (
     boxes_hedge,
     final_statement_hedges,
     gives_up,
@@ -50,7 +50,7 @@ from del_core.evaluation.hedges import (
     solution_set,
     values_hedged,
 )
-from del_core.evaluation.numbers import (
+from del_core.evaluation.answers.numbers import (
     NUMBER_PATTERN,
     decimal_text,
     find_numbers,
@@ -59,9 +59,9 @@ from del_core.evaluation.numbers import (
     parse_number,
     spaced_thousands,
 )
+from del_core.evaluation.answers.segments import SENTENCE_END, answer_segment, boxed_spans, clean_segment
+from del_core.evaluation.answers.unknowns import in_asked_order
 from del_core.evaluation.question import LETTERS
-from del_core.evaluation.segments import SENTENCE_END, answer_segment, boxed_spans, clean_segment
-from del_core.evaluation.unknowns import in_asked_order
 
 _ARITHMETIC_CHAIN = re.compile(r"^[\s$]*[-+]?[\d.,]+(?:\s*[-+*/×x÷^]\s*\(?[\d.,]+\)?)+\s*=\s*")
 _ASSIGNMENT = re.compile(r"(?<![\w.])([a-zA-Z]\w{0,2})\s*=\s*\$?(" + NUMBER_PATTERN.pattern + r")")
@@ -71,7 +71,7 @@ Answer = Union[str, list, None]
 
 def answer_from_text(text: str, kind: str, choices: Sequence[str] = (), question: str = "") -> Answer:
     """The answer a chain-of-thought text gives (see the module docstring); ``question`` orders
-    the named values of a ``numbers`` answer (:mod:`del_core.evaluation.unknowns`)."""
+    the named values of a ``numbers`` answer (:mod:`del_core.evaluation.answers.unknowns`)."""
     if boxes_hedge(text, kind):
         return None
     segment = answer_segment(text)

@@ -17,9 +17,9 @@ import re
 from collections.abc import Sequence
 from typing import Optional
 
-from del_core.evaluation.extract import Answer, answer_from_text
-from del_core.evaluation.numbers import find_numbers
-from del_core.evaluation.segments import brace_depth
+from del_core.evaluation.answers.extract import Answer, answer_from_text
+from del_core.evaluation.answers.numbers import find_numbers
+from del_core.evaluation.answers.segments import brace_depth
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:```|$)", re.S)
 
