@@ -15,7 +15,7 @@ conversation (:func:`del_core.data.rows.is_conversation`), the scorers ``instruc
                The answer is 28.2."
     equation: "12 * 2.35 = 28.2"  (the worked steps alone: the output's last number is the answer,
                computed there, not copied from an earlier step; its teacher-forced accuracy is
-               the answer's, :mod:`del_core.evaluation.teacher_forced`)
+               the answer's, :mod:`del_core.evaluation.heldout.teacher_forced`)
 
 Every program prints the answer (the tests run them).
 """

@@ -47,7 +47,7 @@ def evaluate_heldout(
     """Score ``model`` on the held-out split, into OUT_DIR (summary.json written last: the done marker):
 
     teacher_forced.jsonl  per row of ``forced_rows``: whether its answer is right under teacher
-                          forcing (:func:`del_core.evaluation.teacher_forced.score_forced_answers`)
+                          forcing (:func:`del_core.evaluation.heldout.teacher_forced.score_forced_answers`)
     predictions.jsonl     greedy answers to ``greedy_rows`` (batched HF generate), scored
     summary.json          HeldoutSummary fields of the greedy answers, ``teacher_forced`` (answer_acc,
                           n and the teacher-forced means), ``seconds`` (load, score and generate)
@@ -56,8 +56,8 @@ def evaluate_heldout(
     import torch
 
     from del_core.evaluation.generation import HFGenerator
-    from del_core.evaluation.greedy_answers import score_heldout
-    from del_core.evaluation.teacher_forced import score_forced_answers
+    from del_core.evaluation.heldout.greedy_answers import score_heldout
+    from del_core.evaluation.heldout.teacher_forced import score_forced_answers
     from del_core.models.sources import resolve_model
 
     started = time.time()

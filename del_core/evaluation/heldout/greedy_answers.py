@@ -2,10 +2,11 @@
 
 The gold of a row is ``row["answer"]`` when present, else the number its reference ``output``
 (a conversation: its last assistant turn) states, read by the same extractor as the model's
-outputs (:func:`extract.answer_from_text`: the
+outputs (:func:`~del_core.evaluation.answers.extract.answer_from_text`: the
 number after "The answer is", else the last number written). Training (``data.eval_generate``)
-and the study both score held-out answers here; benchmarks use :mod:`.scoring` with the same
-number comparison (:func:`numbers.numbers_match`).
+and the study both score held-out answers here; benchmarks use
+:mod:`del_core.evaluation.answers.scoring` with the same number comparison
+(:func:`~del_core.evaluation.answers.numbers.numbers_match`).
 """
 
 from __future__ import annotations

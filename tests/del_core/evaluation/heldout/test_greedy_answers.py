@@ -1,4 +1,4 @@
-"""Held-out answers scored by the project's one answer reader (del_core.evaluation.greedy_answers), on
+"""Held-out answers scored by the project's one answer reader (del_core.evaluation.heldout.greedy_answers), on
 hand-made outputs: the gold is read from the reference output by the same rule as the model's."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 
 from del_core.evaluation.answers.numbers import numbers_match
-from del_core.evaluation.greedy_answers import HeldoutSummary, answer_accuracy, reference_answer, score_heldout
+from del_core.evaluation.heldout.greedy_answers import HeldoutSummary, answer_accuracy, reference_answer, score_heldout
 
 
 def test_reference_answer_uses_the_same_reader_as_outputs():

@@ -1,4 +1,4 @@
-"""Teacher-forced held-out metrics (del_core.evaluation.teacher_forced) against hand-computed values."""
+"""Teacher-forced held-out metrics (del_core.evaluation.heldout.teacher_forced) against hand-computed values."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 
 from del_core import DigitVocab, number_spans
 from del_core.data.tokenized import Example
-from del_core.evaluation.teacher_forced import (
+from del_core.evaluation.heldout.teacher_forced import (
     TEACHER_FORCED_SUMS,
     answer_hits,
     digit_hits,
