@@ -13,7 +13,7 @@ Metrics of a run (:func:`run_metrics`), shares in [0, 1]:
                   teacher-forced over the same rows: digit entropy is the mean entropy (nats) of the
                   ten-digit distribution at digit positions, CE in nats per target token
   <benchmark>_acc, bench_macc, bench_log_mae
-                  the benchmark summary (:mod:`del_core.evaluation.runner`: accuracy per benchmark,
+                  the benchmark summary (:mod:`del_core.evaluation.benchmarks.runner`: accuracy per benchmark,
                   their mean, pooled log-MAE)
   train_time_s    the trainer's training-loop time (seconds; its final record)
 Per loss: mean and sample standard deviation (n - 1) over seeds (:func:`aggregate`).

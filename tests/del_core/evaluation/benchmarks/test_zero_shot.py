@@ -1,12 +1,12 @@
-"""The evaluation protocol (del_core.evaluation.protocol.evaluate) with a scripted generator: which
+"""The evaluation protocol (del_core.evaluation.benchmarks.zero_shot.evaluate) with a scripted generator: which
 prompt each kind of question gets, at which generation length, and how a reply becomes an answer."""
 
 from __future__ import annotations
 
 import pytest
 
-from del_core.evaluation.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX
-from del_core.evaluation.protocol import GenerationLengths, evaluate, score_outputs
+from del_core.evaluation.benchmarks.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX
+from del_core.evaluation.benchmarks.zero_shot import GenerationLengths, evaluate, score_outputs
 from del_core.evaluation.question import Record
 from del_core.evaluation.sandbox.harness import SandboxLimits
 

@@ -1,7 +1,7 @@
 """What ``recipes/evaluate.py`` does: evaluate a model on the benchmarks, or re-score saved outputs.
 
 Evaluating (:func:`evaluate_model`) writes OUTPUT_DIR/predictions.jsonl (one row per question:
-prompt, output, program, answer, gold, correct; :mod:`.protocol`) and OUTPUT_DIR/summary.json
+prompt, output, program, answer, gold, correct; :mod:`.zero_shot`) and OUTPUT_DIR/summary.json
 (accuracy per benchmark, mACC, MAE, log-MAE, per-place digit accuracy, and the run's ``config``),
 and prints the table. Re-scoring (:func:`score_only`) reads rows ``{"benchmark", "index",
 "output"[, "mode": auto | pot | cot]}`` (index = the question's position in the benchmark file),
@@ -27,16 +27,16 @@ from del_core.data.jsonl import JsonlError, iter_jsonl, write_json, write_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.rows import DataError
 from del_core.evaluation.answers.scoring import summarize
-from del_core.evaluation.benchmarks import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
-from del_core.evaluation.config import EvalConfig
+from del_core.evaluation.benchmarks.config import EvalConfig
+from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
+from del_core.evaluation.benchmarks.summary_table import format_table
+from del_core.evaluation.benchmarks.zero_shot import GenerationLengths, evaluate, score_outputs
 from del_core.evaluation.generation import GeneratorError, check_backend
-from del_core.evaluation.protocol import GenerationLengths, evaluate, score_outputs
 from del_core.evaluation.question import BENCHMARKS, Record
-from del_core.evaluation.report import format_table
 from del_core.evaluation.sandbox.harness import SandboxLimits, SandboxUnavailable, resolve_mode
 from del_core.models.sources import ModelSourceError, resolve_model
 
-MODES = ("auto", "pot", "cot")  # how a saved output is read: see protocol.score_outputs
+MODES = ("auto", "pot", "cot")  # how a saved output is read: see zero_shot.score_outputs
 
 
 class EvaluationError(ValueError):

@@ -1,4 +1,4 @@
-"""recipes/evaluate.py's options (del_core.evaluation.config): every flag spelling reaches EvalConfig,
+"""recipes/evaluate.py's options (del_core.evaluation.benchmarks.config): every flag spelling reaches EvalConfig,
 and bad values are one-line ConfigErrors raised before anything is loaded."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import dataclasses
 import pytest
 
 from del_core.config import ConfigError
-from del_core.evaluation.config import EvalConfig, load_eval_config, options_help
-from del_core.evaluation.protocol import GenerationLengths
-from del_core.evaluation.runner import generation_lengths
+from del_core.evaluation.benchmarks.config import EvalConfig, load_eval_config, options_help
+from del_core.evaluation.benchmarks.runner import generation_lengths
+from del_core.evaluation.benchmarks.zero_shot import GenerationLengths
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
 from del_core.evaluation.answers.extract import answer_from_text
 from del_core.evaluation.answers.program_output import answer_from_program_output, program_from_output
 from del_core.evaluation.answers.scoring import is_correct
-from del_core.evaluation.prompts import chain_of_thought_prompt, choice_prompt, program_prompt
+from del_core.evaluation.benchmarks.prompts import chain_of_thought_prompt, choice_prompt, program_prompt
 from del_core.evaluation.question import Record
 from del_core.evaluation.sandbox.harness import SandboxLimits, run_programs
 
