@@ -1,14 +1,11 @@
 """What ``recipes/evaluate.py`` does: evaluate a model on the benchmarks, or re-score saved outputs.
 
 Evaluating (:func:`evaluate_model`) writes OUTPUT_DIR/predictions.jsonl (one row per question:
-prompt, output, program, answer, gold, correct; :mod:`.zero_shot`) and OUTPUT_DIR/summary.json
+prompt, output, program, answer, gold, correct; :mod:`.scored_rows`) and OUTPUT_DIR/summary.json
 (accuracy per benchmark, mACC, MAE, log-MAE, per-place digit accuracy, and the run's ``config``),
-and prints the table. Re-scoring (:func:`score_only`) reads rows ``{"benchmark", "index",
-"output"[, "mode": auto | pot | cot]}`` (index = the question's position in the benchmark file),
-writes them back with answer, correct, gold, unanswered and program_status, prints the table on
-stderr and the summary as JSON on the last line of stdout. A predictions file with no rows is
-refused; every output file is replaced atomically once its contents exist, so a failed run leaves
-an earlier output as it was.
+and prints the table. Re-scoring a ``--score-only`` file is :func:`.rescoring.rescore`. Every
+output file is replaced atomically once its contents exist, so a failed run leaves an earlier
+output as it was.
 
 Bad input (benchmark files, prediction rows, the model, the back end) raises
 :class:`EvaluationError` from :func:`run`, always before a model is loaded.
@@ -16,43 +13,27 @@ Bad input (benchmark files, prediction rows, the model, the back end) raises
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from del_core.data.jsonl import JsonlError, iter_jsonl, write_json, write_jsonl
+from del_core.data.jsonl import JsonlError, write_json, write_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.rows import DataError
 from del_core.evaluation.answers.scoring import summarize
 from del_core.evaluation.benchmarks.config import EvalConfig
 from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
+from del_core.evaluation.benchmarks.rescoring import PredictionsError, rescore
 from del_core.evaluation.benchmarks.summary_table import format_table
-from del_core.evaluation.benchmarks.zero_shot import GenerationLengths, evaluate, score_outputs
+from del_core.evaluation.benchmarks.zero_shot import GenerationLengths, evaluate
 from del_core.evaluation.generation import GeneratorError, check_backend
-from del_core.evaluation.question import BENCHMARKS, Record
 from del_core.evaluation.sandbox.harness import SandboxLimits, SandboxUnavailable, resolve_mode
 from del_core.models.sources import ModelSourceError, resolve_model
-
-MODES = ("auto", "pot", "cot")  # how a saved output is read: see zero_shot.score_outputs
 
 
 class EvaluationError(ValueError):
     """Input the evaluator cannot use; the message is one line naming the file, row or option."""
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """One checked row of a score_only input."""
-
-    row: dict  # as read: benchmark, index, output, optional mode, any other keys (kept in the output)
-    where: str  # "PATH line N", for error messages
-
-    @property
-    def mode(self) -> str:
-        return self.row.get("mode", "auto")
 
 
 def default_output_dir(model: str, resolved: str) -> Path:
@@ -63,64 +44,10 @@ def default_output_dir(model: str, resolved: str) -> Path:
     return Path("eval") / re.sub(r"[^\w.-]+", "_", Path(model).name or model)
 
 
-def _check_prediction(row: dict, where: str) -> Prediction:
-    for key, kind in (("benchmark", str), ("index", int), ("output", str)):
-        if not isinstance(row.get(key), kind) or isinstance(row.get(key), bool):
-            raise EvaluationError(f"{where}: field {key!r} missing or not {kind.__name__}")
-    if row["benchmark"] not in BENCHMARKS:
-        raise EvaluationError(f"{where}: field 'benchmark' is {row['benchmark']!r}, not one of {', '.join(BENCHMARKS)}")
-    if row.get("mode", "auto") not in MODES:
-        raise EvaluationError(f"{where}: field 'mode' is {row['mode']!r}, not auto, pot or cot")
-    return Prediction(row, where)
-
-
-def read_predictions(path: Path) -> list[Prediction]:
-    """The rows of a score_only input; :class:`EvaluationError` names the first bad line and field."""
-    if not path.is_file():
-        raise EvaluationError(f"--score-only file not found: {path}")
-    try:
-        predictions = [_check_prediction(row, f"{path} line {number}") for number, row in iter_jsonl(path)]
-    except JsonlError as err:
-        raise EvaluationError(str(err)) from None
-    if not predictions:
-        raise EvaluationError(f"--score-only file {path} holds no rows (nothing to score)")
-    return predictions
-
-
-def _question(prediction: Prediction, questions: list[Record]) -> Record:
-    index = prediction.row["index"]
-    if not 0 <= index < len(questions):
-        raise EvaluationError(
-            f"{prediction.where}: field 'index' is {index}, but {prediction.row['benchmark']} has "
-            f"{len(questions)} questions (0..{len(questions) - 1})"
-        )
-    return questions[index]
-
-
 def _limits(config: EvalConfig) -> SandboxLimits:
     return SandboxLimits(
         wall_seconds=config.program_seconds, cpu_seconds=config.program_cpu_seconds, mode=config.sandbox
     )
-
-
-def score_only(config: EvalConfig) -> int:
-    """Re-score ``config.score_only`` into ``config.output`` (module docstring); the exit status."""
-    predictions = read_predictions(Path(config.score_only))
-    data_dir = data_dir_from(config.data_dir)
-    names = sorted({p.row["benchmark"] for p in predictions})
-    records = {name: load_benchmark(name, data_dir) for name in names}
-    items = [(_question(p, records[p.row["benchmark"]]), p.row["output"], p.mode) for p in predictions]
-    scored = score_outputs(items, _limits(config), config.workers)
-    out_rows = []
-    for p, row in zip(predictions, scored):
-        extra = {k: row[k] for k in ("answer", "correct", "gold", "unanswered")}
-        extra["program_status"] = row["sandbox"]["status"] if row["sandbox"] else None
-        out_rows.append({**p.row, **extra})
-    write_jsonl(Path(config.output), out_rows)
-    summary = summarize(scored)
-    print(format_table(summary), file=sys.stderr)
-    print(json.dumps(summary))
-    return 0
 
 
 def generation_lengths(config: EvalConfig) -> GenerationLengths:
@@ -192,6 +119,14 @@ def run(config: EvalConfig) -> int:
     :class:`EvaluationError`."""
     try:
         resolve_mode(config.sandbox)  # probe bubblewrap (warn, or fail for namespaces) before any model loads
-        return score_only(config) if config.score_only else evaluate_model(config)
-    except (BenchmarkError, DataError, ModelSourceError, GeneratorError, JsonlError, SandboxUnavailable) as err:
+        return rescore(config, _limits(config)) if config.score_only else evaluate_model(config)
+    except (
+        BenchmarkError,
+        DataError,
+        ModelSourceError,
+        GeneratorError,
+        JsonlError,
+        PredictionsError,
+        SandboxUnavailable,
+    ) as err:
         raise EvaluationError(str(err)) from None

@@ -1,12 +1,12 @@
-"""The evaluation protocol (del_core.evaluation.benchmarks.zero_shot.evaluate) with a scripted generator: which
-prompt each kind of question gets, at which generation length, and how a reply becomes an answer."""
+"""The zero-shot protocol (del_core.evaluation.benchmarks.zero_shot.evaluate) with a scripted generator:
+which prompt each kind of question gets, at which generation length, and how a reply becomes an answer."""
 
 from __future__ import annotations
 
 import pytest
 
 from del_core.evaluation.benchmarks.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX
-from del_core.evaluation.benchmarks.zero_shot import GenerationLengths, evaluate, score_outputs
+from del_core.evaluation.benchmarks.zero_shot import GenerationLengths, evaluate
 from del_core.evaluation.question import Record
 from del_core.evaluation.sandbox.harness import SandboxLimits
 
@@ -68,19 +68,3 @@ def test_each_kind_gets_its_prompt_length_and_reading():
 
 def test_release_lengths_are_the_defaults():
     assert GenerationLengths() == GenerationLengths(open_ended=1500, choice=2048)
-
-
-@pytest.mark.launches
-def test_score_only_reads_a_program_reply_without_a_program_as_text():
-    items = [(RECORDS[1], "Ten. The answer is 10.", "pot"), (RECORDS[0], "```python\nprint(18)\n```", "auto")]
-    rows = score_outputs(items, LIMITS, workers=1)
-    assert [(row["answer"], row["correct"], row["program"]) for row in rows] == [
-        ("10", True, None),
-        ("18", True, "print(18)"),
-    ]
-
-
-def test_the_question_orders_a_named_simuleq_answer():
-    record = Record("simuleq", 0, "How many novelists are there? How many poets are there?", ["15", "9"], "numbers")
-    (row,) = score_outputs([(record, "5 : 3 of 24.\nThere are 9 poets and 15 novelists.", "cot")], LIMITS, workers=1)
-    assert (row["answer"], row["correct"]) == (["15", "9"], True)
