@@ -1,5 +1,5 @@
 """Differential grading: the project's verdicts on a generated corpus against the construction labels
-and against independent graders (:mod:`del_core.evaluation.independent_graders`).
+and against independent graders (:mod:`del_core.evaluation.grader_check.independent_graders`).
 
 :func:`grade_items` scores every corpus item; :func:`agreement_table` counts, per benchmark and per
 split (development forms / held-out forms), the outputs on which the project and each grader
@@ -17,8 +17,8 @@ from typing import Optional
 from del_core.evaluation.answers.extract import answer_from_text
 from del_core.evaluation.answers.program_output import answer_from_program_output
 from del_core.evaluation.answers.scoring import is_correct
-from del_core.evaluation.grading_corpus import CorpusItem
-from del_core.evaluation.independent_graders import GRADERS
+from del_core.evaluation.grader_check.corpus import CorpusItem
+from del_core.evaluation.grader_check.independent_graders import GRADERS
 from del_core.evaluation.question import BENCHMARKS, Record
 
 
@@ -161,7 +161,7 @@ def run_corpus(
 ) -> list[GradedItem]:
     """Build the corpus of ``problems`` records per benchmark and grade it."""
     from del_core.evaluation.benchmarks.data import load_benchmark
-    from del_core.evaluation.grading_corpus import build_corpus
+    from del_core.evaluation.grader_check.corpus import build_corpus
 
     graded = []
     for name in benchmarks:
