@@ -19,8 +19,9 @@ from del_core.evaluation.answers.numbers import (
 )
 from del_core.evaluation.answers.program_output import answer_from_program_output
 from del_core.evaluation.answers.scoring import is_correct
-from del_core.evaluation.grader_check.corpus import FORMS, HELD_OUT_FORMS
+from del_core.evaluation.grader_check.corpus import FORMS
 from del_core.evaluation.grader_check.differential import agreement_table, run_corpus
+from del_core.evaluation.grader_check.held_out_forms import HELD_OUT_FORMS
 from del_core.evaluation.question import BENCHMARKS, Record
 
 CHOICE = Record("aqua", 0, "q", "C", "choice", ("12", "15", "18", "20", "None of these"))
