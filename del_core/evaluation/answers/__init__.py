@@ -20,7 +20,7 @@ from .extract import Answer, answer_from_text
 from .math_equivalence import math_equivalent
 from .numbers import find_numbers, numbers_match, parse_number
 from .program_output import answer_from_program_output, program_from_output
-from .scoring import is_correct, summarize
+from .scoring import is_correct, summarise
 
 __all__ = [
     "Answer",
@@ -32,5 +32,5 @@ __all__ = [
     "numbers_match",
     "parse_number",
     "program_from_output",
-    "summarize",
+    "summarise",
 ]

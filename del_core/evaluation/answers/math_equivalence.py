@@ -3,7 +3,7 @@
 :func:`math_equivalent` decides, in order:
   0. both answers end in a unit text (``\\text{ p.m.}``, ``\\text{ cm}``) that differs: not equal (a
      unit written on one side only is forgiven);
-  1. equal after normalisation (:func:`normalize`: ``\\left``/``\\right``, ``\\dfrac``/``\\tfrac``,
+  1. equal after normalisation (:func:`normalise`: ``\\left``/``\\right``, ``\\dfrac``/``\\tfrac``,
      ``\\text{}`` around a word answer, a trailing unit word after a number, degrees, dollars,
      spacing, ``\\frac12``, ``\\sqrt2``, "x = 5", a trailing "."; matrix row separators ``\\\\``
      are kept);
@@ -103,7 +103,7 @@ def _rewrite_command(text: str, command: str, arity: int, build) -> str:
         i = j
 
 
-def normalize(answer: str) -> str:
+def normalise(answer: str) -> str:
     """A canonical text of a LaTeX answer (see the module docstring)."""
     s = str(answer).strip().replace("\n", "").replace("\\\\", _ROW_BREAK)
     s = s.replace("\\!", "").replace("tfrac", "frac").replace("dfrac", "frac")
@@ -235,7 +235,7 @@ def math_equivalent(prediction: Optional[str], gold: str) -> bool:
         return numbers_match(spoken.group(1), gold)
     if re.match(r"\s*[\[(]", str(gold)):  # an interval gold: an inequality answers it too
         prediction = inequality_as_interval(prediction) or prediction
-    a, b = normalize(prediction), normalize(gold)
+    a, b = normalise(prediction), normalise(gold)
     if a == b:
         return True
     if parse_number(a) is not None and parse_number(b) is not None:

@@ -6,7 +6,7 @@ numbers -> the prediction's first len(gold) numbers each match the gold's, in th
 ``math_equivalence.math_equivalent``; choice -> the same letter (no answer is wrong, and counted
 as unanswered).
 
-Summary (:func:`summarize`): per benchmark n, correct, accuracy, unanswered; mACC = the unweighted
+Summary (:func:`summarise`): per benchmark n, correct, accuracy, unanswered; mACC = the unweighted
 mean of the accuracies of the benchmarks present; and, over rows where the prediction and the gold
 both parse as one number (first elements for lists), MAE, log-MAE and per-place digit accuracy of
 the integer and fractional parts (places of the gold as written; keys "10^k").
@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Optional
 
-from del_core.evaluation.answers.math_equivalence import math_equivalent, normalize
+from del_core.evaluation.answers.math_equivalence import math_equivalent, normalise
 from del_core.evaluation.answers.numbers import log_abs_error, numbers_match, parse_number, place_hits
 from del_core.evaluation.question import BENCHMARKS, Record
 
@@ -54,7 +54,7 @@ def _numeric_pair(answer, gold, kind: str):
     if a is None or g is None:
         return None
     if kind == "math":
-        a, g = normalize(a), normalize(g)
+        a, g = normalise(a), normalise(g)
     p, q = parse_number(a), parse_number(g)
     return None if p is None or q is None else (p, q, g)
 
@@ -85,7 +85,7 @@ class _NumericTotals:
         }
 
 
-def summarize(rows: Iterable[dict]) -> dict:
+def summarise(rows: Iterable[dict]) -> dict:
     """The summary of scored rows (each with benchmark, kind, answer, gold, correct)."""
     per = defaultdict(lambda: {"n": 0, "correct": 0, "unanswered": 0})
     numeric = defaultdict(_NumericTotals)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from del_core.data.jsonl import JsonlError, iter_jsonl, write_jsonl
-from del_core.evaluation.answers.scoring import summarize
+from del_core.evaluation.answers.scoring import summarise
 from del_core.evaluation.benchmarks.config import EvalConfig
 from del_core.evaluation.benchmarks.data import data_dir_from, load_benchmark
 from del_core.evaluation.benchmarks.scored_rows import Reading, read_program_outputs, scored_row, text_answer
@@ -124,7 +124,7 @@ def rescore(config: EvalConfig, limits: SandboxLimits) -> int:
         extra["program_status"] = row["sandbox"]["status"] if row["sandbox"] else None
         out_rows.append({**p.row, **extra})
     write_jsonl(Path(config.output), out_rows)
-    summary = summarize(scored)
+    summary = summarise(scored)
     print(format_table(summary), file=sys.stderr)
     print(json.dumps(summary))
     return 0

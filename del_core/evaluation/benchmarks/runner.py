@@ -21,7 +21,7 @@ from pathlib import Path
 from del_core.data.jsonl import JsonlError, write_json, write_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.rows import DataError
-from del_core.evaluation.answers.scoring import summarize
+from del_core.evaluation.answers.scoring import summarise
 from del_core.evaluation.benchmarks.config import EvalConfig
 from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from del_core.evaluation.benchmarks.rescoring import PredictionsError, rescore
@@ -105,7 +105,7 @@ def evaluate_model(config: EvalConfig) -> int:
     prompts = PromptFormat(config.prompt_format, generator.tokenizer, config.system_prompt)
     print(f"[evaluate] {resolved} ({generator.name}), {len(records)} questions of {', '.join(names)}", file=sys.stderr)
     rows = evaluate(records, generator, _limits(config), config.workers, lengths, prompts)
-    summary = summarize(rows)
+    summary = summarise(rows)
     summary["config"] = _run_config(config, resolved, generator.name, names, data_dir, lengths, started)
     write_jsonl(output_dir / "predictions.jsonl", rows)
     write_json(output_dir / "summary.json", summary, indent=2, ensure_ascii=False)

@@ -11,7 +11,7 @@ evaluation, the study, the numeric benchmark, the loss demo).
 The greedy outputs themselves come from :func:`del_core.evaluation.generation.generate_greedy`.
 """
 
-from .greedy_answers import HeldoutSummary, answer_accuracy, reference_answer, score_heldout
+from .greedy_answers import HeldOutSummary, answer_accuracy, reference_answer, score_heldout
 from .teacher_forced import (
     TeacherForcedMetrics,
     answer_hits,
@@ -23,7 +23,7 @@ from .teacher_forced import (
 )
 
 __all__ = [
-    "HeldoutSummary",
+    "HeldOutSummary",
     "TeacherForcedMetrics",
     "answer_accuracy",
     "answer_hits",

@@ -17,11 +17,11 @@ from typing import Optional
 
 from del_core.evaluation.answers.extract import answer_from_text
 from del_core.evaluation.answers.numbers import numbers_match
-from del_core.evaluation.answers.scoring import summarize
+from del_core.evaluation.answers.scoring import summarise
 
 
 @dataclass
-class HeldoutSummary:
+class HeldOutSummary:
     """Over n held-out problems: the share answered exactly, the share with any number, and over
     the answered ones the mean absolute and log errors and the per-place digit accuracy."""
 
@@ -47,7 +47,7 @@ def reference_answer(row: dict) -> Optional[str]:
     return answer_from_text(row["output"], "number")
 
 
-def score_heldout(rows: Sequence[dict], outputs: Sequence[str]) -> tuple[list[dict], HeldoutSummary]:
+def score_heldout(rows: Sequence[dict], outputs: Sequence[str]) -> tuple[list[dict], HeldOutSummary]:
     """(scored rows, summary) of greedy ``outputs`` to held-out ``rows``, one output per row."""
     if len(rows) != len(outputs):
         raise ValueError(f"{len(rows)} rows but {len(outputs)} outputs")
@@ -69,10 +69,10 @@ def score_heldout(rows: Sequence[dict], outputs: Sequence[str]) -> tuple[list[di
             }
         )
     if not scored:
-        return [], HeldoutSummary(0, None, None, None, None)
-    summary = summarize(scored)
+        return [], HeldOutSummary(0, None, None, None, None)
+    summary = summarise(scored)
     heldout, numeric = summary["benchmarks"]["heldout"], summary["numeric"]
-    return scored, HeldoutSummary(
+    return scored, HeldOutSummary(
         n=heldout["n"],
         exact_acc=heldout["accuracy"],
         answered=1 - heldout["unanswered"] / heldout["n"],

@@ -49,7 +49,7 @@ def evaluate_heldout(
     teacher_forced.jsonl  per row of ``forced_rows``: whether its answer is right under teacher
                           forcing (:func:`del_core.evaluation.heldout.teacher_forced.score_forced_answers`)
     predictions.jsonl     greedy answers to ``greedy_rows`` (batched HF generate), scored
-    summary.json          HeldoutSummary fields of the greedy answers, ``teacher_forced`` (answer_acc,
+    summary.json          HeldOutSummary fields of the greedy answers, ``teacher_forced`` (answer_acc,
                           n and the teacher-forced means), ``seconds`` (load, score and generate)
 
     Both use the training runs' prompt format (``data.prompt_format``) and ``data.max_length``."""

@@ -8,7 +8,7 @@ from del_core.evaluation.answers.extract import answer_from_text
 from del_core.evaluation.answers.math_equivalence import math_equivalent
 from del_core.evaluation.answers.numbers import find_numbers, numbers_match
 from del_core.evaluation.answers.program_output import answer_from_program_output, program_from_output
-from del_core.evaluation.answers.scoring import is_correct, summarize
+from del_core.evaluation.answers.scoring import is_correct, summarise
 from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from del_core.evaluation.question import Record
 
@@ -170,7 +170,7 @@ def test_unanswered_multiple_choice_is_wrong_and_counted():
     record = Record("sat", 0, "q", "A", "choice", ("1", "2", "3", "4"))
     answer = answer_from_text("I do not know", "choice", record.choices)
     assert answer is None and is_correct(answer, record) is False
-    summary = summarize([{"benchmark": "sat", "kind": "choice", "answer": answer, "gold": "A", "correct": False}])
+    summary = summarise([{"benchmark": "sat", "kind": "choice", "answer": answer, "gold": "A", "correct": False}])
     assert summary["benchmarks"]["sat"] == {
         "n": 1,
         "correct": 0,
@@ -213,7 +213,7 @@ def test_summary_metrics_exact():
         {"benchmark": "simuleq", "kind": "numbers", "answer": None, "gold": ["2.5"], "correct": False},
         {"benchmark": "aqua", "kind": "choice", "answer": "B", "gold": "B", "correct": True},
     ]
-    summary = summarize(rows)
+    summary = summarise(rows)
     assert [(k, v["n"], v["correct"], v["unanswered"]) for k, v in summary["benchmarks"].items()] == [
         ("gsm8k", 2, 1, 0),
         ("simuleq", 2, 1, 1),
@@ -239,7 +239,7 @@ def test_log_mae_term():
     rows = [{"benchmark": "gsm8k", "kind": "number", "answer": "-1", "gold": "1", "correct": False}]
     import math
 
-    assert summarize(rows)["numeric"]["log_mae"] == pytest.approx(2 * math.log(2))
+    assert summarise(rows)["numeric"]["log_mae"] == pytest.approx(2 * math.log(2))
 
 
 def test_benchmark_errors_name_file_row_and_field(tmp_path, monkeypatch):

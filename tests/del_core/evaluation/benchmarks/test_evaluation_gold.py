@@ -9,7 +9,7 @@ import pytest
 from del_core.evaluation.answers.extract import answer_from_text
 from del_core.evaluation.answers.numbers import parse_number
 from del_core.evaluation.answers.program_output import answer_from_program_output, program_from_output
-from del_core.evaluation.answers.scoring import is_correct, summarize
+from del_core.evaluation.answers.scoring import is_correct, summarise
 from del_core.evaluation.benchmarks.data import load_benchmark
 from del_core.evaluation.benchmarks.rescoring import score_outputs
 from del_core.evaluation.question import BENCHMARKS, LETTERS, OPEN_ENDED
@@ -91,7 +91,7 @@ def test_wrong_answers_score_zero(name, data_dir):
                 "correct": is_correct(answer, record),
             }
         )
-    summary = summarize(rows)["benchmarks"][name]
+    summary = summarise(rows)["benchmarks"][name]
     assert (summary["n"], summary["correct"], summary["unanswered"]) == (ROWS[name], 0, 0)
 
 

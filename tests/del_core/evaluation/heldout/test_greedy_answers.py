@@ -8,7 +8,7 @@ import math
 import pytest
 
 from del_core.evaluation.answers.numbers import numbers_match
-from del_core.evaluation.heldout.greedy_answers import HeldoutSummary, answer_accuracy, reference_answer, score_heldout
+from del_core.evaluation.heldout.greedy_answers import HeldOutSummary, answer_accuracy, reference_answer, score_heldout
 
 
 def test_reference_answer_uses_the_same_reader_as_outputs():
@@ -60,7 +60,7 @@ def test_gold_from_the_reference_output_matches_by_value_not_by_text():
 def test_summary_is_a_dataclass_with_the_numeric_errors():
     rows = [{"instruction": "q1", "answer": "28.2"}, {"instruction": "q2", "answer": "393"}]
     scored, summary = score_heldout(rows, ["The answer is 28.2.", "The answer is 390."])
-    assert isinstance(summary, HeldoutSummary) and [r["correct"] for r in scored] == [True, False]
+    assert isinstance(summary, HeldOutSummary) and [r["correct"] for r in scored] == [True, False]
     assert summary.mae == pytest.approx(3 / 2) and summary.log_mae == pytest.approx(
         abs(math.log(391) - math.log(394)) / 2
     )
@@ -74,4 +74,4 @@ def test_summary_is_a_dataclass_with_the_numeric_errors():
         "log_mae": summary.log_mae,
         "digit_acc": summary.digit_acc,
     }
-    assert score_heldout([], []) == ([], HeldoutSummary(0, None, None, None, None, {}))
+    assert score_heldout([], []) == ([], HeldOutSummary(0, None, None, None, None, {}))
