@@ -6,16 +6,16 @@
 
 MODEL: an HF directory, a training output directory (its final/), a .gguf file, smollm2 or a hub
 name. DIR (default $DEL_BENCHMARK_DIR) holds gsm8k/, math/, svamp/, simuleq/, aqua/, sat/,
-mmlu_mathematics/. What is written: del_core/evaluation/runner.py; the protocol:
-del_core/evaluation/protocol.py. Bad input: one `error: ...` line on stderr, exit status 2.
+mmlu_mathematics/. What is written: del_core/evaluation/benchmarks/runner.py; the protocol:
+del_core/evaluation/benchmarks/zero_shot.py. Bad input: one `error: ...` line on stderr, exit status 2.
 """
 
 import sys
 
 from del_core.config import ConfigError
 from del_core.console import filter_known_warnings
-from del_core.evaluation.config import load_eval_config, options_help
-from del_core.evaluation.runner import EvaluationError, run
+from del_core.evaluation.benchmarks.config import load_eval_config, options_help
+from del_core.evaluation.benchmarks.runner import EvaluationError, run
 
 filter_known_warnings()
 

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from del_core.console import filter_known_warnings
-from del_core.evaluation.benchmarks import BenchmarkError, data_dir_from, parse_benchmark_list
-from del_core.evaluation.differential import report, run_corpus
-from del_core.evaluation.independent_graders import GRADERS
+from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, parse_benchmark_list
+from del_core.evaluation.grader_check.differential import report, run_corpus
+from del_core.evaluation.grader_check.independent_graders import GRADERS
 
 filter_known_warnings()
 

@@ -10,7 +10,7 @@
 4. fine-tunes two copies of the model for ``--steps`` steps of the plain loop
    (:mod:`del_core.training.plain_loop`), one with MLE and one with DEL (same data, seed,
    optimiser), and compares held-out digit accuracy, digit entropy
-   (:mod:`del_core.evaluation.teacher_forced`) and the share of computed results ("= X") whose
+   (:mod:`del_core.evaluation.heldout.teacher_forced`) and the share of computed results ("= X") whose
    every digit is predicted right (teacher forced).
 """
 
@@ -30,7 +30,7 @@ import torch
 from del_core import LOSS_NAMES, DigitVocab, number_spans
 from del_core.data.synthetic import make_problems
 from del_core.data.tokenized import TokenBatch, collate, encode
-from del_core.evaluation.teacher_forced import digit_hits, summarise, teacher_forced_sums
+from del_core.evaluation.heldout.teacher_forced import digit_hits, summarise, teacher_forced_sums
 from del_core.losses.digit_terms import del_term, digit_entropy
 from del_core.models.sources import SMOLLM2, resolve_model, smollm2_gguf
 from del_core.spans import IGNORE_INDEX
@@ -134,7 +134,7 @@ def loss_table(demo: DemoModel, batch: TokenBatch) -> None:
 
 
 def evaluate(model: Any, vocab: DigitVocab, batch: TokenBatch) -> HeldoutScores:
-    """Held-out CE, digit accuracy and entropy (:mod:`del_core.evaluation.teacher_forced`), and the
+    """Held-out CE, digit accuracy and entropy (:mod:`del_core.evaluation.heldout.teacher_forced`), and the
     share of computed results with every digit right."""
     with torch.no_grad():
         logits = logits_of(model, batch)

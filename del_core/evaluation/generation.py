@@ -1,7 +1,7 @@
 """Greedy generation back ends: vLLM (GPU, tensor parallel) or batched Hugging Face ``generate``.
 
 ``make_generator(model, backend="auto")`` picks vLLM when it imports and a CUDA GPU is present, HF
-otherwise. Both encode prompts exactly as training does (:func:`del_core.data.tokenized.prompt_ids`:
+otherwise. Both encode prompts exactly as training does (:func:`del_core.data.prompting.prompt_ids`:
 no special tokens added), decode greedily, stop at EOS, ``max_new_tokens`` or a ``STOP`` marker (the
 start of a next Alpaca section) during generation, and cut each output before that marker, so their
 outputs are comparable. ``generate(prompts, desc=, max_new_tokens=)`` may override the length per call.
@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any, Optional
 
-from del_core.data.tokenized import prompt_ids
+from del_core.data.prompting import prompt_ids
 
 STOP = ("\n### Instruction", "\n### Input", "\n### Response", "\n\n\n\n")
 

@@ -1,4 +1,4 @@
-"""Every loss against the baseline (MLE), paired, with 95% intervals (:mod:`del_core.evaluation.confidence`).
+"""Every loss against the baseline (MLE), paired, with 95% intervals (:mod:`del_core.confidence`).
 
 Two intervals per (loss, metric), both of ``loss - baseline``:
   over seeds     the per-seed differences of the units' values (units with the same seed share
@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Optional, TypeVar
 
-from del_core.evaluation.confidence import Interval, paired_difference, t_interval, verdict
+from del_core.confidence import Interval, paired_difference, t_interval, verdict
 
 Result = TypeVar("Result")
 Hits = Optional[Sequence[bool]]

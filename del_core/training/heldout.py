@@ -1,11 +1,11 @@
 """Held-out measurements during training (before the first step, every ``run.eval_every`` steps,
 after the last).
 
-Teacher-forced metrics (:mod:`del_core.evaluation.teacher_forced`) over the held-out examples,
+Teacher-forced metrics (:mod:`del_core.evaluation.heldout.teacher_forced`) over the held-out examples,
 sharded over data-parallel ranks with every rank running the same number of forwards (ZeRO-3
 gathers parameters collectively; tensor-parallel ranks see the same rows and gather their logit
 columns); and optionally greedy answers to the first ``generate`` rows, scored by the project's one
-answer reader (:func:`del_core.evaluation.greedy_answers.answer_accuracy`).
+answer reader (:func:`del_core.evaluation.heldout.greedy_answers.answer_accuracy`).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
 from del_core.data.tokenized import Example, TokenBatch
 from del_core.evaluation.generation import generate_greedy
-from del_core.evaluation.greedy_answers import answer_accuracy
-from del_core.evaluation.teacher_forced import score_examples, summarise
+from del_core.evaluation.heldout.greedy_answers import answer_accuracy
+from del_core.evaluation.heldout.teacher_forced import score_examples, summarise
 from del_core.parallel import ParallelDims, gather_vocab_shards, sum_named
 from del_core.spans import IGNORE_INDEX
 from del_core.training.objective import CausalLMObjective

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
-from del_core.evaluation.confidence import Interval, t_interval
-from del_core.evaluation.greedy_answers import score_heldout
+from del_core.confidence import Interval, t_interval
+from del_core.evaluation.heldout.greedy_answers import score_heldout
 from del_core.training.heldout import HeldOutResult
 from del_core.training.records import EvalRecord
 

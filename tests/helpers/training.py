@@ -140,7 +140,7 @@ def heldout_ce(model, overrides: dict) -> float:
     import torch
 
     from del_core.data import collate
-    from del_core.evaluation.teacher_forced import summarise, teacher_forced_sums
+    from del_core.evaluation.heldout.teacher_forced import summarise, teacher_forced_sums
     from del_core.tokenizers import load_tokenizer
     from del_core.training import load_train_config
     from del_core.training.trainer import training_data

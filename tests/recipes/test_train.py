@@ -76,7 +76,7 @@ def test_zero3_trains_logs_evaluates_and_exports(base, reference, tmp_path):
 
     from del_core import DigitVocab, number_spans
     from del_core.data import collate
-    from del_core.evaluation.teacher_forced import answer_hits, summarise, teacher_forced_sums
+    from del_core.evaluation.heldout.teacher_forced import answer_hits, summarise, teacher_forced_sums
     from del_core.tokenizers import load_tokenizer
     from del_core.training import load_train_config
     from del_core.training.trainer import training_data

@@ -8,7 +8,7 @@ confidence intervals.
     run_unit        one unit: build the model, train it with the plain loop
                     (:mod:`del_core.training.plain_loop`), score it, write its done marker
     score_unit      greedy answers -> exact match, MAE, log-MAE, per-place digit accuracy; teacher-forced
-                    metrics from :mod:`del_core.evaluation.teacher_forced`
+                    metrics from :mod:`del_core.evaluation.heldout.teacher_forced`
     protocol        lambda chosen on validation per loss, then the test seeds: the grid, resumable
     report          the markdown table, summary.json and the plot
     main            the command line of recipes/numeric_bench.py

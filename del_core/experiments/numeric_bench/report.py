@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-from del_core.evaluation.confidence import Interval, seeds_for_half_width, t_interval
+from del_core.confidence import Interval, seeds_for_half_width, t_interval
 from del_core.experiments.comparison import compare
 from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.numeric_bench.protocol import BenchOutcome

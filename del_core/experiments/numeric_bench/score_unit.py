@@ -1,10 +1,10 @@
 """Scoring a trained benchmark model on one split: greedy answers and teacher-forced statistics.
 
-Teacher-forced statistics are the project's one definition (:mod:`del_core.evaluation.teacher_forced`).
+Teacher-forced statistics are the project's one definition (:mod:`del_core.evaluation.heldout.teacher_forced`).
 
 Greedy answers come from the project's one generation path
 (:func:`del_core.evaluation.generation.generate_greedy`) and are read by its one number reader
-(:mod:`del_core.evaluation.numbers`). An answer that holds no number counts as the prediction 0
+(:mod:`del_core.evaluation.answers.numbers`). An answer that holds no number counts as the prediction 0
 for MAE and log-MAE (so a loss cannot improve its MAE by answering nothing) and as wrong at every
 place.
 """
@@ -22,9 +22,9 @@ import torch
 from del_core import DigitVocab
 from del_core.data.synthetic import Problem, answer_text
 from del_core.data.tokenized import TokenBatch
+from del_core.evaluation.answers.numbers import find_numbers, log_abs_error, parse_number, place_hits
 from del_core.evaluation.generation import generate_greedy
-from del_core.evaluation.numbers import find_numbers, log_abs_error, parse_number, place_hits
-from del_core.evaluation.teacher_forced import score_examples, summarise
+from del_core.evaluation.heldout.teacher_forced import score_examples, summarise
 from del_core.experiments.numeric_bench.char_tokenizer import encode_examples
 
 
@@ -89,7 +89,7 @@ def teacher_forced(
     model, tokenizer, vocab: DigitVocab, problems: Sequence[Problem], batch_size: int, device: str = "cpu"
 ) -> dict[str, float]:
     """CE per answer token, digit entropy and digit accuracy over the gold answers, by the project's
-    one definition (:mod:`del_core.evaluation.teacher_forced`)."""
+    one definition (:mod:`del_core.evaluation.heldout.teacher_forced`)."""
 
     def logits_of(batch: TokenBatch) -> torch.Tensor:
         return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits

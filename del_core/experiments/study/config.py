@@ -62,7 +62,7 @@ class StudyConfig:
     # system turn (SmolLM2's is 16 tokens)
     system_prompt: Optional[str] = None
     heldout_max_new_tokens: int = 40
-    # benchmarks (del_core.evaluation.runner, what recipes/evaluate.py runs)
+    # benchmarks (del_core.evaluation.benchmarks.runner, what recipes/evaluate.py runs)
     benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "svamp"])  # empty: none
     benchmark_limit: int = 4  # the first N questions of each benchmark
     benchmark_max_new_tokens: int = 128
@@ -100,7 +100,7 @@ class StudyConfig:
         if self.eval_backend not in ("hf", "vllm", "auto"):
             raise ConfigError(f"eval_backend must be hf, vllm or auto, got {self.eval_backend!r}")
         if self.benchmarks:
-            from del_core.evaluation.benchmarks import BenchmarkError, parse_benchmark_list
+            from del_core.evaluation.benchmarks.data import BenchmarkError, parse_benchmark_list
 
             try:
                 parse_benchmark_list(",".join(self.benchmarks))

@@ -3,7 +3,7 @@ STUDY_SET by default, BASIC_SET for a 135M model), each solved in worked steps, 
 program, or by the steps' equations alone, split into training and held-out rows with no shared question.
 
 A row is MathInstruct-style: ``instruction`` (the question; program-style rows end with
-" Let's write a program.", the program-of-thought cue of :mod:`del_core.evaluation.prompts`),
+" Let's write a program.", the program-of-thought cue of :mod:`del_core.evaluation.benchmarks.prompts`),
 ``input`` (empty), ``output`` (the solution, always ending "The answer is X."), plus ``answer``
 (the exact answer as text), ``family`` (which generator) and ``style`` (steps | program | equation).
 With a ``system_prompt`` the row also carries ``messages``: that system turn, the question as the user
@@ -15,7 +15,7 @@ conversation (:func:`del_core.data.rows.is_conversation`), the scorers ``instruc
                The answer is 28.2."
     equation: "12 * 2.35 = 28.2"  (the worked steps alone: the output's last number is the answer,
                computed there, not copied from an earlier step; its teacher-forced accuracy is
-               the answer's, :mod:`del_core.evaluation.teacher_forced`)
+               the answer's, :mod:`del_core.evaluation.heldout.teacher_forced`)
 
 Every program prints the answer (the tests run them).
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 from del_core.data.jsonl import read_jsonl, write_jsonl
 from del_core.data.prompting import alpaca_messages, system_turn
 from del_core.data.synthetic import Problem, ProblemSet, problem_set
-from del_core.evaluation.prompts import PROGRAM_SUFFIX
+from del_core.evaluation.benchmarks.prompts import PROGRAM_SUFFIX
 from del_core.experiments.study.config import StudyConfig, StudyError, StudyPaths
 
 STYLES = ("steps", "program", "equation")

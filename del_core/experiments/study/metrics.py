@@ -2,17 +2,18 @@
 
 Metrics of a run (:func:`run_metrics`), shares in [0, 1]:
   exact_acc       share of held-out problems whose greedy answer equals the gold
-                  (:mod:`del_core.evaluation.greedy_answers`)
+                  (:mod:`del_core.evaluation.heldout.greedy_answers`)
   mae, log_mae    over the held-out problems that got a number: mean |p - g| and mean
                   |sign(p) ln(1+|p|) - sign(g) ln(1+|g|)|
   answered        share of held-out problems whose answer holds a number
-  tf_answer_acc   share of the teacher-forced held-out rows whose answer is right given the
-                  reference prefix (:func:`del_core.evaluation.teacher_forced.score_forced_answers`): the primary metric
+  tf_answer_acc   share of the teacher-forced held-out rows whose answer is right given the reference
+                  prefix (:func:`del_core.evaluation.heldout.teacher_forced.score_forced_answers`): the
+                  primary metric
   tf_number_acc, tf_digit_acc, tf_digit_entropy, tf_ce
                   teacher-forced over the same rows: digit entropy is the mean entropy (nats) of the
                   ten-digit distribution at digit positions, CE in nats per target token
   <benchmark>_acc, bench_macc, bench_log_mae
-                  the benchmark summary (:mod:`del_core.evaluation.runner`: accuracy per benchmark,
+                  the benchmark summary (:mod:`del_core.evaluation.benchmarks.runner`: accuracy per benchmark,
                   their mean, pooled log-MAE)
   train_time_s    the trainer's training-loop time (seconds; its final record)
 Per loss: mean and sample standard deviation (n - 1) over seeds (:func:`aggregate`).

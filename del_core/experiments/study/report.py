@@ -173,11 +173,12 @@ def markdown(results: dict) -> str:
         "",
         "- TF answer acc. (primary): teacher-forced on the held-out split, the share of problems whose stated "
         "answer (the last number of the reference) is the full-vocabulary argmax at each of its tokens and at "
-        "the token that ends it, given the reference prefix (del_core/evaluation/teacher_forced.py).",
+        "the token that ends it, given the reference prefix (del_core/evaluation/heldout/teacher_forced.py).",
         "- greedy exact acc.: greedy answers to the first held-out problems of the generated styles, the number "
         'after "The answer is" (else the last number) equal to the gold.',
         "- MAE, log-MAE: over answered held-out problems, mean |p - g| and mean "
-        "|sign(p) ln(1+|p|) - sign(g) ln(1+|g|)| (del_core/evaluation/scoring.py); answered: share with a number.",
+        "|sign(p) ln(1+|p|) - sign(g) ln(1+|g|)| (del_core/evaluation/answers/scoring.py); "
+        "answered: share with a number.",
         "- TF number acc., digit entropy, held-out CE: teacher-forced over the same rows: share of numbers with "
         "every digit right (argmax among the digits), mean entropy of the ten-digit distribution at digit "
         "positions, token cross-entropy. Reference row: the starting model, scored the same way.",

@@ -1,7 +1,7 @@
 """The study's score-unit: a model (a run, or the starting model as the reference) scored on the
 held-out split, teacher-forced and greedy (in this process), and on the benchmarks
-(:func:`del_core.evaluation.runner.run` on a typed :class:`~del_core.evaluation.config.EvalConfig`,
-in a spawned process).
+(:func:`del_core.evaluation.benchmarks.runner.run` on a typed
+:class:`~del_core.evaluation.benchmarks.config.EvalConfig`, in a spawned process).
 
 Each evaluation's done marker is its summary.json, written last and atomically
 (:func:`del_core.experiments.output_root.write_marker`): UNIT_DIR/heldout/ and UNIT_DIR/benchmarks/.
@@ -21,7 +21,7 @@ import yaml
 from del_core.config import config_to_dict
 from del_core.data.jsonl import write_jsonl
 from del_core.data.prompting import PromptFormat
-from del_core.evaluation.config import EvalConfig
+from del_core.evaluation.benchmarks.config import EvalConfig
 from del_core.experiments.output_root import read_marker, write_marker
 from del_core.experiments.spawned import StepFailed, run_spawned
 from del_core.experiments.study.config import StudyConfig, StudyError, shared_train_config
@@ -47,17 +47,17 @@ def evaluate_heldout(
     """Score ``model`` on the held-out split, into OUT_DIR (summary.json written last: the done marker):
 
     teacher_forced.jsonl  per row of ``forced_rows``: whether its answer is right under teacher
-                          forcing (:func:`del_core.evaluation.teacher_forced.score_forced_answers`)
+                          forcing (:func:`del_core.evaluation.heldout.teacher_forced.score_forced_answers`)
     predictions.jsonl     greedy answers to ``greedy_rows`` (batched HF generate), scored
-    summary.json          HeldoutSummary fields of the greedy answers, ``teacher_forced`` (answer_acc,
+    summary.json          HeldOutSummary fields of the greedy answers, ``teacher_forced`` (answer_acc,
                           n and the teacher-forced means), ``seconds`` (load, score and generate)
 
     Both use the training runs' prompt format (``data.prompt_format``) and ``data.max_length``."""
     import torch
 
     from del_core.evaluation.generation import HFGenerator
-    from del_core.evaluation.greedy_answers import score_heldout
-    from del_core.evaluation.teacher_forced import score_forced_answers
+    from del_core.evaluation.heldout.greedy_answers import score_heldout
+    from del_core.evaluation.heldout.teacher_forced import score_forced_answers
     from del_core.models.sources import resolve_model
 
     started = time.time()
@@ -96,7 +96,7 @@ def evaluate_heldout(
 
 
 def benchmark_config(config: StudyConfig, model: str, data_dir: Path, out_dir: Path) -> EvalConfig:
-    """The evaluation (:class:`~del_core.evaluation.config.EvalConfig`) that asks the first
+    """The evaluation (:class:`~del_core.evaluation.benchmarks.config.EvalConfig`) that asks the first
     ``benchmark_limit`` questions of each benchmark in the prompts the runs were trained on: their
     ``data.prompt_format`` and, under chat, the study's ``system_prompt``."""
     return EvalConfig(
@@ -117,7 +117,7 @@ def benchmark_config(config: StudyConfig, model: str, data_dir: Path, out_dir: P
 
 def evaluate(config: EvalConfig) -> int:
     """One benchmark evaluation in this process (the spawned one); its exit status."""
-    from del_core.evaluation.runner import run
+    from del_core.evaluation.benchmarks.runner import run
 
     return run(config)
 

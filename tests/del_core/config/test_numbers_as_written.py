@@ -13,7 +13,7 @@ import pytest
 
 from del_core.config import ConfigError, load_config
 from del_core.config.number_spellings import NumberError, as_float, as_int, typed_numbers
-from del_core.evaluation.config import EvalConfig
+from del_core.evaluation.benchmarks.config import EvalConfig
 from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.study.config import StudyConfig
 from del_core.training.config import TrainConfig, load_train_config

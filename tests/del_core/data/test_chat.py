@@ -11,9 +11,9 @@ import pytest
 
 from del_core.data import DataError, encode, load_rows
 from del_core.data.prompting import PromptFormat, format_prompt
-from del_core.evaluation.benchmarks import Record
-from del_core.evaluation.config import load_eval_config
-from del_core.evaluation.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX, choice_prompt, program_prompt
+from del_core.evaluation.benchmarks.config import load_eval_config
+from del_core.evaluation.benchmarks.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX, choice_prompt, program_prompt
+from del_core.evaluation.question import Record
 from del_core.spans import IGNORE_INDEX
 
 END = "<|im_end|>"

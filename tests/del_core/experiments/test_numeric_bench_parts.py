@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import pytest
 
-from del_core.evaluation.confidence import paired_difference
+from del_core.confidence import paired_difference
 from del_core.experiments.grid import Unit
 from del_core.experiments.numeric_bench.config import NumericBenchConfig, load_numeric_bench_config
 from del_core.experiments.numeric_bench.protocol import choose_lambdas, final_specs, selection_specs

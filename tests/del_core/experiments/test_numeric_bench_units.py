@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from del_core import DigitVocab
+from del_core.confidence import paired_difference, seeds_for_half_width, t_interval, verdict
 from del_core.data.synthetic import Problem, answer_text
 from del_core.data.tokenized import collate
-from del_core.evaluation.confidence import paired_difference, seeds_for_half_width, t_interval, verdict
 from del_core.experiments.numeric_bench.char_tokenizer import build_tokenizer, encode_batch
 from del_core.experiments.numeric_bench.config import NumericBenchConfig
 from del_core.experiments.numeric_bench.run_unit import training_examples

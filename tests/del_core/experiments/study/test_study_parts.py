@@ -18,8 +18,8 @@ from del_core.data.jsonl import read_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.data.rows import check_row
 from del_core.data.tokenized import encode
-from del_core.evaluation.config import load_eval_config
-from del_core.evaluation.greedy_answers import score_heldout
+from del_core.evaluation.benchmarks.config import load_eval_config
+from del_core.evaluation.heldout.greedy_answers import score_heldout
 from del_core.experiments.grid import Unit
 from del_core.experiments.results import UnitResult
 from del_core.experiments.study import (
