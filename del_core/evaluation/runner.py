@@ -20,6 +20,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from del_core.data.prompting import PromptFormat
 from del_core.data.rows import DataError
 from del_core.evaluation.benchmarks import (
     BENCHMARKS,
+    OPEN_ENDED,
     BenchmarkError,
     Record,
     data_dir_from,
@@ -109,12 +111,21 @@ def _limits(config: EvalConfig) -> SandboxLimits:
     )
 
 
+def _check_sandbox(config: EvalConfig, benchmarks: Iterable[str]) -> None:
+    """Probe the sandbox before any model loads when the run may execute generated programs (one of
+    ``benchmarks`` is open-ended): :class:`SandboxUnavailable` where it refuses (``resolve_mode``).
+    Multiple-choice benchmarks run no program and need no sandbox."""
+    if any(name in OPEN_ENDED for name in benchmarks):
+        resolve_mode(config.sandbox)
+
+
 def score_only(config: EvalConfig) -> int:
     """Re-score ``config.score_only`` into ``config.output`` (module docstring); the exit status."""
     predictions = read_predictions(Path(config.score_only))
     data_dir = data_dir_from(config.data_dir)
     names = sorted({p.row["benchmark"] for p in predictions})
     records = {name: load_benchmark(name, data_dir) for name in names}
+    _check_sandbox(config, {p.row["benchmark"] for p in predictions if p.mode != "cot"})
     items = [(_question(p, records[p.row["benchmark"]]), p.row["output"], p.mode) for p in predictions]
     scored = score_outputs(items, _limits(config), config.workers)
     out_rows = []
@@ -165,6 +176,7 @@ def evaluate_model(config: EvalConfig) -> int:
     names = parse_benchmark_list(config.benchmarks)
     records = [r for name in names for r in load_benchmark(name, data_dir, config.limit)]
     check_backend(config.backend)
+    _check_sandbox(config, names)
     if config.threads:
         import torch
 
@@ -197,7 +209,6 @@ def run(config: EvalConfig) -> int:
     """Re-score (``config.score_only`` set) or evaluate; the exit status. Bad input raises
     :class:`EvaluationError`."""
     try:
-        resolve_mode(config.sandbox)  # probe bubblewrap (warn, or fail for namespaces) before any model loads
         return score_only(config) if config.score_only else evaluate_model(config)
     except (BenchmarkError, DataError, ModelSourceError, GeneratorError, JsonlError, SandboxUnavailable) as err:
         raise EvaluationError(str(err)) from None
