@@ -232,6 +232,7 @@ def test_docker_launcher_dry_run(tmp_path):
     env = {
         **os.environ,
         "DRY_RUN": "1",
+        "RUNTIME": "docker",
         "IMAGE": "del-train:test",
         "RUNS_DIR": "/scratch/runs",
         "DATA_DIR": str(tmp_path / "data"),
