@@ -34,6 +34,12 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not launches" tests
 
+# The image tests alone: builds the CPU image with podman (or finds it by its content key) and runs
+# training, the sandbox attack tests and evaluation in it (root, podman, debootstrap: see .ci/run).
+.PHONY: test-container
+test-container: install
+	$(BIN)/python -m pytest -q -m container tests
+
 bench: install
 	$(BIN)/python tests/bench/loss_overhead.py
 
