@@ -25,6 +25,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint --config .hadolint.yaml docker/Dockerfile
 
 test: install
 	$(BIN)/python -m pytest -q tests
