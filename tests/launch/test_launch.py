@@ -56,7 +56,8 @@ def test_dockerfile_is_hadolint_clean():
 
 def test_dockerfile_installs_the_pinned_stack():
     text = (REPO / "docker" / "Dockerfile").read_text()
-    assert text.startswith("# syntax") and "FROM nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04" in text
+    default_base = "ARG BASE_IMAGE=nvidia/cuda:12.8.1-cudnn-devel-ubuntu22.04\nFROM ${BASE_IMAGE}\n"
+    assert text.startswith("# syntax") and default_base in text
     assert "grep '^torch==' requirements.txt" in text and "grep '^deepspeed==' requirements.txt" in text
     assert 'TORCH_CUDA_ARCH_LIST="8.0;9.0"' in text and "DS_BUILD_FUSED_ADAM=1" in text
     assert "\nUSER ${USER_UID}\n" in text
@@ -232,6 +233,7 @@ def test_docker_launcher_dry_run(tmp_path):
     env = {
         **os.environ,
         "DRY_RUN": "1",
+        "RUNTIME": "docker",
         "IMAGE": "del-train:test",
         "RUNS_DIR": "/scratch/runs",
         "DATA_DIR": str(tmp_path / "data"),

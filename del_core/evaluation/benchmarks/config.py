@@ -61,7 +61,10 @@ class EvalConfig:
     program_seconds: float = _option(10.0, "wall-clock limit of one generated program", "S")
     program_cpu_seconds: int = _option(5, "CPU-time limit of one generated program", "S")
     sandbox: str = _option(
-        "auto", "auto, namespaces (bubblewrap), basic or none (no isolation: trusted programs only)", "MODE"
+        "auto",
+        "auto (namespaces where bubblewrap runs, else refuse unless DEL_SANDBOX_ACCEPT_BASIC=1), namespaces "
+        "(bubblewrap), basic (the weaker layer, chosen on purpose) or none (no isolation: trusted programs only)",
+        "MODE",
     )
     score_only: Optional[str] = _option(None, "re-score the saved outputs of PRED.jsonl without a model", "PRED.jsonl")
     output: Optional[str] = _option(None, "the scored rows of score_only", "OUT.jsonl")

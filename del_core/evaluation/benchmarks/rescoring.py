@@ -24,6 +24,7 @@ from del_core.evaluation.benchmarks.data import data_dir_from, load_benchmark
 from del_core.evaluation.benchmarks.scored_rows import Reading, read_program_outputs, scored_row, text_answer
 from del_core.evaluation.benchmarks.summary_table import format_table
 from del_core.evaluation.question import BENCHMARKS, Record
+from del_core.evaluation.benchmarks.sandbox_consent import check_sandbox
 from del_core.evaluation.sandbox.harness import SandboxLimits
 
 MODES = ("auto", "pot", "cot")  # how a saved output is read: see score_outputs
@@ -116,6 +117,7 @@ def rescore(config: EvalConfig, limits: SandboxLimits) -> int:
     data_dir = data_dir_from(config.data_dir)
     names = sorted({p.row["benchmark"] for p in predictions})
     records = {name: load_benchmark(name, data_dir) for name in names}
+    check_sandbox(config.sandbox, {p.row["benchmark"] for p in predictions if p.mode != "cot"})
     items = [(_question(p, records[p.row["benchmark"]]), p.row["output"], p.mode) for p in predictions]
     scored = score_outputs(items, limits, config.workers)
     out_rows = []

@@ -28,7 +28,8 @@ from del_core.evaluation.benchmarks.rescoring import PredictionsError, rescore
 from del_core.evaluation.benchmarks.summary_table import format_table
 from del_core.evaluation.benchmarks.zero_shot import GenerationLengths, evaluate
 from del_core.evaluation.generation import GeneratorError, check_backend
-from del_core.evaluation.sandbox.harness import SandboxLimits, SandboxUnavailable, resolve_mode
+from del_core.evaluation.benchmarks.sandbox_consent import check_sandbox
+from del_core.evaluation.sandbox.harness import SandboxLimits, SandboxUnavailable
 from del_core.models.sources import ModelSourceError, resolve_model
 
 
@@ -86,6 +87,7 @@ def evaluate_model(config: EvalConfig) -> int:
     names = parse_benchmark_list(config.benchmarks)
     records = [r for name in names for r in load_benchmark(name, data_dir, config.limit)]
     check_backend(config.backend)
+    check_sandbox(config.sandbox, names)
     if config.threads:
         import torch
 
@@ -118,7 +120,6 @@ def run(config: EvalConfig) -> int:
     """Re-score (``config.score_only`` set) or evaluate; the exit status. Bad input raises
     :class:`EvaluationError`."""
     try:
-        resolve_mode(config.sandbox)  # probe bubblewrap (warn, or fail for namespaces) before any model loads
         return rescore(config, _limits(config)) if config.score_only else evaluate_model(config)
     except (
         BenchmarkError,

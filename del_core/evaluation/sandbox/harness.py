@@ -26,7 +26,10 @@ and native code or private modules (``_posixsubprocess``) get past the hook, so 
 processes that outlive the group kill or signal the harness (see ``BASIC_GUARANTEES``).
 ``none``: rlimits and the wall clock only: no isolation at all, for re-scoring trusted programs.
 ``auto`` (default): ``namespaces`` when bwrap works here (probed once per process by running a
-trivial program in it, :func:`namespaces_available`), else ``basic`` with one warning on stderr.
+trivial program in it, :func:`namespaces_available`). Where it does not, running generated programs
+needs consent: ``auto`` raises :class:`SandboxUnavailable` (one line: why bwrap failed, and the
+fixes) unless the environment variable ``DEL_SANDBOX_ACCEPT_BASIC=1`` (for batch jobs) chooses
+``basic``, with one warning on stderr; asking for ``basic`` itself is consent too.
 ``namespaces`` when bwrap cannot start raises :class:`SandboxUnavailable`.
 
 Statuses: ok, error (non-zero exit or exception), timeout (wall clock or CPU limit), memory_limit
@@ -306,12 +309,20 @@ def _run_in_mode(code: str, limits: SandboxLimits, mode: str) -> SandboxResult:
 _PROBE_LOCK = threading.Lock()
 _PROBE: dict = {}  # "result": (works, why not), "warned": True once the fallback warning is out
 PROBE_CODE = "import json, math, decimal\nprint('sandbox-probe-ok')"
+CONSENT_ENV = "DEL_SANDBOX_ACCEPT_BASIC"  # =1: auto falls back to basic where bubblewrap cannot run
+FIXES = (
+    "install bubblewrap (apt-get install bubblewrap); in a container, let it create namespaces "
+    "(podman run --security-opt unmask=/proc/*; docker run --security-opt systempaths=unconfined "
+    "--security-opt seccomp=unconfined; launch/docker.sh: SANDBOX_NAMESPACES=1); or accept the weaker "
+    f"basic layer on purpose with --sandbox basic ({CONSENT_ENV}=1 for batch jobs)"
+)
+REFUSAL = "generated programs run only in bubblewrap's namespaces, which cannot be created here: {why}. Fix: " + FIXES
 FALLBACK_WARNING = (
     "WARNING: sandbox: bubblewrap namespaces are unavailable ({why}); generated programs run in the "
     "basic sandbox (rlimits, audit hook, network namespace where allowed, a drop to nobody only as "
     "root). It does NOT stop a deliberate program from reading the harness user's files (benchmark "
     "golds, the checkout, /proc/<pid>/environ) or, without the drop, from starting processes through "
-    "private modules and signalling the harness. Install bubblewrap, or pass --sandbox basic to accept this."
+    f"private modules and signalling the harness. Accepted by {CONSENT_ENV}=1."
 )
 
 
@@ -337,8 +348,9 @@ def _probe() -> tuple[bool, str]:
 
 
 def resolve_mode(mode: str) -> str:
-    """The mode to run for ``mode``: auto -> namespaces when available, else basic (warning once);
-    namespaces -> :class:`SandboxUnavailable` when bubblewrap cannot run; basic/none unchanged."""
+    """The mode to run for ``mode``: auto -> namespaces when available, else basic (warning once)
+    with ``DEL_SANDBOX_ACCEPT_BASIC=1`` and :class:`SandboxUnavailable` without; namespaces ->
+    :class:`SandboxUnavailable` when bubblewrap cannot run; basic/none unchanged."""
     if mode not in MODES:
         raise ValueError(f"sandbox mode must be one of {', '.join(MODES)}, got {mode!r}")
     if mode in ("basic", "none"):
@@ -348,6 +360,8 @@ def resolve_mode(mode: str) -> str:
         return "namespaces"
     if mode == "namespaces":
         raise SandboxUnavailable(f"sandbox mode 'namespaces' needs bubblewrap ({BWRAP}), which cannot run here: {why}")
+    if os.environ.get(CONSENT_ENV) != "1":
+        raise SandboxUnavailable(REFUSAL.format(why=why))
     with _PROBE_LOCK:
         if not _PROBE.get("warned"):
             _PROBE["warned"] = True
@@ -365,7 +379,9 @@ def run_programs(
     codes: Sequence[str], limits: SandboxLimits = SandboxLimits(), workers: int = 4, progress=None
 ) -> list[SandboxResult]:
     """:func:`run_program` for each code, ``workers`` at a time, results in input order;
-    ``progress`` (optional) is called once per finished program."""
+    ``progress`` (optional) is called once per finished program. No codes: nothing is probed."""
+    if not codes:
+        return []
     resolve_mode(limits.mode)  # probe, warn or raise once, before any thread starts
 
     def one(code):

@@ -153,14 +153,37 @@ def test_auto_runs_in_namespaces_where_bubblewrap_works():
     assert "home" not in result.stdout and "etc" not in result.stdout
 
 
+@pytest.fixture
+def no_bubblewrap(monkeypatch, tmp_path):
+    """A PATH without bwrap and a fresh probe: the real probe finds no bubblewrap."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(harness.CONSENT_ENV, raising=False)
+    monkeypatch.setattr(harness, "_PROBE", {})
+
+
 @pytest.mark.launches
-def test_without_bubblewrap_namespaces_raises_and_auto_falls_back_with_one_warning(monkeypatch, capsys):
-    monkeypatch.setitem(harness._PROBE, "result", (False, "bwrap is not installed (not on PATH)"))
-    monkeypatch.setitem(harness._PROBE, "warned", False)
+def test_without_bubblewrap_auto_and_namespaces_refuse_naming_why_and_the_fix(no_bubblewrap, capsys):
     with pytest.raises(SandboxUnavailable, match="bubblewrap.*bwrap is not installed"):
         run_program("print(1)", SandboxLimits(mode="namespaces"))
+    with pytest.raises(SandboxUnavailable) as refused:
+        run_programs(["print(1)", "print(2)"], LIMITS, workers=2)
+    message = str(refused.value)
+    assert "\n" not in message and "cannot be created here: bwrap is not installed (not on PATH)" in message
+    assert "install bubblewrap" in message and "--sandbox basic" in message and "DEL_SANDBOX_ACCEPT_BASIC=1" in message
+    assert "unmask=/proc/*" in message and "systempaths=unconfined" in message
+    assert run_programs([], LIMITS) == []  # nothing to run: nothing refused
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.launches
+def test_without_bubblewrap_basic_runs_and_the_batch_variable_falls_back_with_one_warning(
+    no_bubblewrap, monkeypatch, capsys
+):
+    assert run_program("print(1)", SandboxLimits(wall_seconds=4, cpu_seconds=2, mode="basic")).layers["mode"] == "basic"
+    assert capsys.readouterr().err == ""  # chosen on purpose: no warning
+    monkeypatch.setenv(harness.CONSENT_ENV, "1")
     results = run_programs(["print(1)", "print(2)"], LIMITS, workers=2)
-    assert [(r.status, r.layers["mode"]) for r in results] == [("ok", "basic")] * 2
+    assert [(r.status, r.stdout, r.layers["mode"]) for r in results] == [("ok", "1\n", "basic"), ("ok", "2\n", "basic")]
     assert run_program("print(3)", LIMITS).layers["mode"] == "basic"
     warnings = [line for line in capsys.readouterr().err.splitlines() if "namespaces are unavailable" in line]
     assert len(warnings) == 1 and "bwrap is not installed" in warnings[0] and "does NOT stop" in warnings[0]

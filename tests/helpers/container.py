@@ -1,0 +1,111 @@
+"""The CPU training image in the tests: built (or found by its content key) once per session with
+docker/build_image.py, and podman and launch/docker.sh run against it with the project's
+docker/containers.conf."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from helpers.shared import REPO
+
+BUILD_SCRIPT = REPO / "docker" / "build_image.py"
+CONTAINERS_CONF = REPO / "docker" / "containers.conf"
+# The host user the container tests run the image as: a non-root id without an account, standing
+# for the non-root caller that launch/docker.sh maps by default (the tests run as root).
+HOST_UID = HOST_GID = 4242
+
+
+def build_module():
+    """docker/build_image.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("build_image", BUILD_SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("build_image", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def podman_unavailable() -> str | None:
+    """Why the image cannot be built and run here, or None."""
+    if os.geteuid() != 0:
+        return "the image build needs root (debootstrap, rootful podman)"
+    missing = [tool for tool in ("podman", "debootstrap") if shutil.which(tool) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (.ci/run installs them with apt-get)"
+    build = build_module()
+    try:
+        build.torch_wheels(build.default_wheels(), REPO / "requirements.txt")
+    except build.BuildError as err:
+        return str(err)
+    return None
+
+
+def podman_env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF), **extra}
+
+
+def podman(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``podman ARGS`` with the project's containers.conf, output captured."""
+    return subprocess.run(["podman", *args], env=podman_env(), capture_output=True, text=True, timeout=timeout)
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    tag: str
+    stdout: str  # the build script's report (cache hits, times, size)
+    seconds: float
+
+
+def build_image(timeout: float = 1200) -> BuiltImage:
+    """Run docker/build_image.py (a cache hit when nothing changed); raises with its output on failure."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, str(BUILD_SCRIPT)], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"docker/build_image.py exited {done.returncode}\n{done.stdout}\n{done.stderr[-6000:]}")
+    return BuiltImage(done.stdout.strip().splitlines()[-1], done.stdout, time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class HostFolders:
+    """The folders launch/docker.sh mounts, owned by the host user HOST_UID."""
+
+    runs: Path
+    del_cache: Path  # converted models and tokenizers, and DeepSpeed's compiled ops: once per session
+    hf_cache: Path
+
+    def env(self, image: str, **extra: str) -> dict[str, str]:
+        """launch/docker.sh's environment: podman, CPU, offline, as the host user, these folders."""
+        settings = {
+            "RUNTIME": "podman",
+            "IMAGE": image,
+            "GPUS": "none",
+            "NETWORK": "none",
+            "RUN_AS": f"{HOST_UID}:{HOST_GID}",
+            "RUNS_DIR": str(self.runs),
+            "DEL_CACHE": str(self.del_cache),
+            "HF_CACHE": str(self.hf_cache),
+            "DATA_DIR": str(self.runs / "no-data"),
+        }
+        return podman_env(**{**settings, **extra})
+
+
+def host_folders(root: Path) -> HostFolders:
+    folders = HostFolders(root / "runs", root / "del_cache", root / "hf_cache")
+    for path in (root, folders.runs, folders.del_cache, folders.hf_cache):
+        path.mkdir(exist_ok=True)
+        os.chown(path, HOST_UID, HOST_GID)
+    return folders
+
+
+def docker_launcher(args: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    """``launch/docker.sh ARGS`` with ``env``, output captured."""
+    command = ["bash", str(REPO / "launch" / "docker.sh"), *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO)
