@@ -25,10 +25,10 @@ from del_core.evaluation.answers.scoring import summarise
 from del_core.evaluation.benchmarks.config import EvalConfig
 from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from del_core.evaluation.benchmarks.rescoring import PredictionsError, rescore
+from del_core.evaluation.benchmarks.sandbox_consent import check_sandbox
 from del_core.evaluation.benchmarks.summary_table import format_table
 from del_core.evaluation.benchmarks.zero_shot import GenerationLengths, evaluate
 from del_core.evaluation.generation import GeneratorError, check_backend
-from del_core.evaluation.benchmarks.sandbox_consent import check_sandbox
 from del_core.evaluation.sandbox.harness import SandboxLimits, SandboxUnavailable
 from del_core.models.sources import ModelSourceError, resolve_model
 
