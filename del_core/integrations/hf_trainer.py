@@ -81,7 +81,7 @@ from del_core.integrations.setup_checks import (
     sequence_parallel_problems,
 )
 from del_core.integrations.zero3_head import HOST_NAME, ChunkedLossHost, attach_chunked_loss_host, loss_output
-from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path, loss_path_name
+from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path
 from del_core.spans import NumberSpans
 from del_core.vocab import DigitVocab
 
@@ -98,7 +98,7 @@ class DELTrainerMixin:
     * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer;
     * ``loss_path``: ``"logits"`` (default) or ``"chunked"`` (from the last hidden states, chunk by
       chunk, never holding the [B, T, V] logits; under ZeRO-3 too), ``chunk_size`` tokens per chunk
-      (256). ``"hidden"`` is read as ``"chunked"`` with a FutureWarning for one release.
+      (256).
 
     Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
     ``compute_loss_func``, ``use_liger_kernel=True``, label smoothing, a TRL ``loss_type`` other
@@ -129,7 +129,7 @@ class DELTrainerMixin:
         given = _bound_arguments(super().__init__, args, kwargs)
         raise_problems(argument_problems(given.get("args"), given.get("compute_loss_func")))
         super().__init__(*args, **kwargs)
-        self.del_loss_path, self.del_chunk_size = _loss_path(loss_path), chunk_size
+        self.del_loss_path, self.del_chunk_size = loss_path, chunk_size
         self._refuse_unsupported_setup()
         self._del_host = self._chunked_loss_host()
         self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
@@ -344,15 +344,6 @@ class DELTrainerMixin:
 
 class DELTrainer(DELTrainerMixin, Trainer):
     """``transformers.Trainer`` training with a del_core loss (see :class:`DELTrainerMixin`)."""
-
-
-def _loss_path(value: str) -> str:
-    """``loss_path`` as one of :data:`del_core.losses.LOSS_PATHS` (an unknown value is left for
-    :func:`loss_path_problems` to report with the other settings)."""
-    try:
-        return loss_path_name(value, "loss_path", stacklevel=3)
-    except ValueError:
-        return value
 
 
 def _bound_arguments(init: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:

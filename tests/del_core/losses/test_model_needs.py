@@ -142,19 +142,8 @@ def test_losses_without_per_token_rows_are_their_own_shard(name):
     assert loss_fn.for_vocab_slice(VocabSlice(0, 20, V)) is loss_fn
 
 
-def test_the_old_needs_vocab_spelling_warns_and_still_declares_the_need():
+def test_the_0_1_needs_vocab_spelling_is_gone():
+    """Release 0.2 removed ``needs_vocab`` (declare ``needs = LossNeeds(vocab=True)``, read ``needs.vocab``)."""
     from del_core.losses import NumericLoss
 
-    with pytest.warns(FutureWarning, match="needs_vocab is deprecated .* needs = LossNeeds"):
-
-        class OldStyle(NumericLoss):
-            name = "old_style"
-            needs_vocab = True
-
-    assert OldStyle.needs.vocab and OldStyle.needs.head_weight_as is None
-    with pytest.raises(ValueError, match="loss 'old_style' needs a DigitVocab"):
-        OldStyle(None)
-    with pytest.warns(FutureWarning, match="read needs.vocab"):
-        assert OldStyle(VOCAB).needs_vocab is True
-    with pytest.warns(FutureWarning, match="read needs.vocab"):
-        assert build_loss("mle", VOCAB).needs_vocab is False
+    assert not hasattr(NumericLoss, "needs_vocab") and not hasattr(build_loss("del", VOCAB), "needs_vocab")
