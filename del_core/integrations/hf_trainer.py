@@ -27,7 +27,7 @@ sp_backend="deepspeed")``) each rank holds a shard of every sequence of its grou
 (:mod:`del_core.integrations.sequence_parallel`): the number spans travel with the shards from the
 whole sequences, the counts of the shards summed over all processes are those of the global batch,
 and R is the factor DeepSpeed's gradient averaging needs under SP for its ZeRO stage
-(:func:`del_core.training.engine.gradient_divisor`); the logged loss is corrected to
+(:func:`del_core.engines.deepspeed.gradient_divisor`); the logged loss is corrected to
 the global batch's.
 
 The model runs without labels, so its forward computes no loss of its own; the Trainer's
@@ -58,6 +58,8 @@ import torch
 from transformers import Trainer
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
+from del_core.config import ConfigError
+from del_core.engines import deepspeed as ds
 from del_core.integrations.counting import (
     TARGET_KEYS,
     WindowCounts,
@@ -302,16 +304,13 @@ class DELTrainerMixin:
         """R, the factor of each micro-batch loss before its backward (the module doc): the count
         of processes DDP / ZeRO / FSDP divide the summed gradients by; under DeepSpeed sequence
         parallelism the count DeepSpeed's averaging divides by for its ZeRO stage
-        (:func:`del_core.training.engine.gradient_divisor`)."""
+        (:func:`del_core.engines.deepspeed.gradient_divisor`)."""
         processes = self.accelerator.num_processes
         if self._del_sp == 1:
             return processes
-        from del_core.config import ConfigError
-        from del_core.training.engine import gradient_divisor
-
         ds_config = self.accelerator.state.deepspeed_plugin.deepspeed_config
         try:
-            return gradient_divisor(ds_config, processes // self._del_sp, self._del_sp)
+            return ds.gradient_divisor(ds_config, processes // self._del_sp, self._del_sp)
         except ConfigError as error:
             raise UnsupportedSetupError(
                 f"the del_core loss cannot train with sp_size={self._del_sp}: {error}"

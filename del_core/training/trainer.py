@@ -44,6 +44,7 @@ from del_core.data.prompting import PromptFormat
 from del_core.data.sequence_shards import shard_batch
 from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
+from del_core.engines import deepspeed as ds
 from del_core.losses import build_loss_for_model, loss_needs
 from del_core.models import (
     LoraSettings,
@@ -73,12 +74,12 @@ from del_core.parallel import (
 )
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
 from del_core.training import checkpoints, run_lock
-from del_core.training import engine as ds
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import accumulation_steps, build_ds_config
 from del_core.training.heldout import HeldOutEvaluator, HeldOutResult
 from del_core.training.loss_weight import AutoWeight
 from del_core.training.objective import CausalLMObjective, LossCompilation
+from del_core.training.optimizer import initialize_engine
 from del_core.training.records import EvalRecord, FinalRecord, ResumeRecord, TrainRecord, cut_back
 from del_core.training.reporting import Reporter, SilentReporter
 from del_core.training.run_identity import Override, compare, run_identity, saved_identity
@@ -378,7 +379,7 @@ class Trainer:
         return self.ds_config["zero_optimization"].get("stage") == 3
 
     def _setup_engine(self) -> None:
-        self.engine, self.scheduler = ds.initialize(
+        self.engine, self.scheduler = initialize_engine(
             self.objective,
             self.config,
             self.ds_config,
@@ -456,7 +457,7 @@ class Trainer:
         groups = self.scheduler.optimizer.param_groups
         for index, group in enumerate(groups):
             group.update(initial_lr=opt.lr, betas=tuple(opt.betas), eps=opt.eps)
-            # ds.parameter_groups: the matrices' group (with weight decay) first, then the vectors'
+            # optimizer.parameter_groups: the matrices' group (with weight decay) first, then the vectors'
             group["weight_decay"] = opt.weight_decay if index == 0 and len(groups) == 2 else group["weight_decay"]
         factor = warmup_cosine(self.total_steps, opt.warmup_ratio, opt.min_lr_ratio)
         self.scheduler.lr_lambdas = [factor] * len(groups)

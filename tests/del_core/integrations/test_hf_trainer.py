@@ -304,7 +304,7 @@ def sequence_parallel_gaps(spec: dict, references: dict, runs: list[dict]) -> di
 
 
 # The gradient norms (about 2.2) agree to fp32 round-off; DeepSpeed's gradient averaging under SP
-# differs per ZeRO stage (del_core.training.engine.gradient_divisor): a wrong factor
+# differs per ZeRO stage (del_core.engines.deepspeed.gradient_divisor): a wrong factor
 # would show here as a norm off by sp, which Adam and clipping would hide in the weights.
 NORM_TOL = 1e-4
 
