@@ -15,6 +15,7 @@ multi-digit vocabulary (Llama-3) a token of 1..K digits, scored within its width
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Union
 
@@ -119,6 +120,14 @@ class NumericLoss(torch.nn.Module):
         self.vocab = vocab
         self.weight = float(weight)
         self.validate = validate_mode(validate)
+
+    def set_weight(self, weight: float) -> None:
+        """Set lambda after the loss was built: ``weight="auto"`` builds the loss with a placeholder
+        (:data:`del_core.losses.AUTO_PLACEHOLDER`) and the measured value comes in here, once.
+        ValueError for a weight that is not a finite number >= 0."""
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ValueError(f"{self.name}: weight must be a finite number >= 0, got {weight}")
+        self.weight = float(weight)
 
     # --- hooks for subclasses -------------------------------------------------------------
     def token_part(self, batch: Batch, ce: torch.Tensor) -> Optional[torch.Tensor]:
