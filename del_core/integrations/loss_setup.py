@@ -42,12 +42,6 @@ def digit_vocab(vocab: Optional[DigitVocab], processing_class: Any) -> Optional[
     return DigitVocab.from_tokenizer(tokenizer) if tokenizer is not None else None
 
 
-def loss_weight_arg(text: str) -> Union[float, str]:
-    """A ``--loss-weight`` command-line value: ``auto``, or a number in any spelling Python reads
-    (``0.1``, ``1e-3``, ``.5``); ValueError otherwise (argparse reports it as an invalid value)."""
-    return text if text == "auto" else float(text)
-
-
 def loss_spec(
     loss: Union[str, LossSpec],
     weight: Union[float, str, None] = None,

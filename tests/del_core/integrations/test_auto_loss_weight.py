@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from del_core.integrations.loss_setup import loss_weight_arg, resolve_loss
+from del_core.integrations.example_cli import loss_weight_arg
+from del_core.integrations.loss_setup import resolve_loss
 from del_core.losses import AUTO_PLACEHOLDER, build_loss
 
 
