@@ -27,7 +27,7 @@ sp_backend="deepspeed")``) each rank holds a shard of every sequence of its grou
 (:mod:`del_core.integrations.sequence_parallel`): the number spans travel with the shards from the
 whole sequences, the counts of the shards summed over all processes are those of the global batch,
 and R is the factor DeepSpeed's gradient averaging needs under SP for its ZeRO stage
-(:func:`del_core.training.engine.gradient_divisor`); the logged loss is corrected to
+(:func:`del_core.engines.deepspeed.gradient_divisor`); the logged loss is corrected to
 the global batch's.
 
 The model runs without labels, so its forward computes no loss of its own; the Trainer's
@@ -41,10 +41,11 @@ model so that ZeRO-3 gathers the head weight for it: :mod:`del_core.integrations
 Both paths are the training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`).
 Evaluation (``model.eval()``) normalises each batch by its own counts.
 
-``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does (:mod:`del_core.losses.auto_weight`):
-before the first optimizer step, the CE and the weight-1 digit term of that step's global batch
-are measured at the initial weights (eval mode, no gradient, RNG forked), and lambda = ``auto_ratio``
-x CE / term; the lambda chosen is logged once as ``auto_loss_weight``.
+``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does, with the same function
+(:func:`del_core.losses.measure_auto_weight`): before the first optimizer step, the CE and the
+weight-1 digit term of that step's global batch are measured at the initial weights (eval mode, no
+gradient, RNG forked), and lambda = ``auto_ratio`` x CE / term; the lambda chosen is logged once as
+``auto_loss_weight`` and kept in ``del_auto_weight``.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ import torch
 from transformers import Trainer
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
+from del_core.config import ConfigError
+from del_core.engines import deepspeed as ds
 from del_core.integrations.counting import (
     TARGET_KEYS,
     WindowCounts,
@@ -66,7 +69,7 @@ from del_core.integrations.counting import (
     window_target_counts,
 )
 from del_core.integrations.logged_metrics import LoggedMetrics
-from del_core.integrations.loss_setup import is_auto_weight, resolve_loss
+from del_core.integrations.loss_setup import resolve_loss
 from del_core.integrations.sequence_parallel import WholeSequenceSpans
 from del_core.integrations.setup_checks import (
     UnsupportedSetupError,
@@ -81,7 +84,7 @@ from del_core.integrations.setup_checks import (
     sequence_parallel_problems,
 )
 from del_core.integrations.zero3_head import HOST_NAME, ChunkedLossHost, attach_chunked_loss_host, loss_output
-from del_core.losses import DEFAULT_AUTO_RATIO, LossCalls, NumericLoss, auto_weight, loss_on_path, loss_path_name
+from del_core.losses import AutoWeight, LossCalls, LossSpec, NumericLoss, loss_on_path, measure_auto_weight
 from del_core.spans import NumberSpans
 from del_core.vocab import DigitVocab
 
@@ -91,14 +94,18 @@ class DELTrainerMixin:
 
     Keyword arguments on top of the Trainer's:
 
-    * ``loss``: a loss name of :func:`del_core.build_loss` (default ``"del"``) or a built
-      :class:`del_core.NumericLoss` (which then carries its own vocabulary and options);
-    * ``loss_weight``, ``loss_options``: lambda and the other options of ``build_loss``; ``loss_weight="auto"``
-      measures lambda on the first step's batch (the module doc), ``auto_ratio`` its ratio;
+    * ``loss``: a loss name of :func:`del_core.build_loss` (default ``"del"``), a
+      :class:`del_core.losses.LossSpec` (name, weight, auto_ratio, options: the training recipe's
+      ``loss`` section), or a built :class:`del_core.NumericLoss` (which then carries its own
+      vocabulary and options);
+    * ``loss_weight``, ``loss_options``, ``auto_ratio``: with a loss name, the rest of its
+      ``LossSpec``: lambda (a number, ``"auto"``: measured on the first step's batch, see the module
+      doc, or None: the loss's default), the other options of ``build_loss``, and the ratio of
+      ``"auto"`` (default 0.02);
     * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer;
     * ``loss_path``: ``"logits"`` (default) or ``"chunked"`` (from the last hidden states, chunk by
       chunk, never holding the [B, T, V] logits; under ZeRO-3 too), ``chunk_size`` tokens per chunk
-      (256). ``"hidden"`` is read as ``"chunked"`` with a FutureWarning for one release.
+      (256).
 
     Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
     ``compute_loss_func``, ``use_liger_kernel=True``, label smoothing, a TRL ``loss_type`` other
@@ -117,10 +124,10 @@ class DELTrainerMixin:
     def __init__(
         self,
         *args: Any,
-        loss: Union[str, NumericLoss] = "del",
+        loss: Union[str, LossSpec, NumericLoss] = "del",
         loss_weight: Union[float, str, None] = None,
         loss_options: Optional[dict] = None,
-        auto_ratio: float = DEFAULT_AUTO_RATIO,
+        auto_ratio: Optional[float] = None,
         vocab: Optional[DigitVocab] = None,
         loss_path: str = "logits",
         chunk_size: int = 256,
@@ -129,16 +136,19 @@ class DELTrainerMixin:
         given = _bound_arguments(super().__init__, args, kwargs)
         raise_problems(argument_problems(given.get("args"), given.get("compute_loss_func")))
         super().__init__(*args, **kwargs)
-        self.del_loss_path, self.del_chunk_size = _loss_path(loss_path), chunk_size
+        self.del_loss_path, self.del_chunk_size = loss_path, chunk_size
         self._refuse_unsupported_setup()
         self._del_host = self._chunked_loss_host()
-        self.del_loss = resolve_loss(loss, loss_weight, loss_options, vocab, self.processing_class, self.model)
+        chosen = resolve_loss(loss, loss_weight, loss_options, auto_ratio, vocab, self.processing_class, self.model)
+        self.del_loss, self.del_loss_spec = chosen.loss, chosen.spec
+        auto = self.del_loss_spec is not None and self.del_loss_spec.is_auto
         self._del_sp = self.get_sp_size()
-        raise_problems(sequence_parallel_problems(self._del_sp, is_auto_weight(loss_weight), self.is_deepspeed_enabled))
+        raise_problems(sequence_parallel_problems(self._del_sp, auto, self.is_deepspeed_enabled))
         self._del_loss_scale = self._backward_scale()
         if self._del_sp > 1:
             self.data_collator = self._whole_sequence_spans(self.data_collator)
-        self._del_auto_ratio = auto_ratio if is_auto_weight(loss_weight) else None  # lambda still to measure
+        self._del_auto_pending = auto  # lambda still to measure on the first step's batch
+        self.del_auto_weight: Optional[AutoWeight] = None  # the lambda of loss_weight="auto", once measured
         self._del_window: Optional[WindowCounts] = None
         self._del_left = 0  # micro-batches of the window not yet run
         self._del_metrics = LoggedMetrics()
@@ -156,7 +166,7 @@ class DELTrainerMixin:
         total = self.reduce_counts(window_target_counts(batch_samples, self.del_loss.vocab, device))
         self._del_window = WindowCounts(total[0], total[1], len(batch_samples))
         self._del_left = len(batch_samples)
-        if self._del_auto_ratio is not None:
+        if self._del_auto_pending:
             self._resolve_auto_weight(batch_samples, self._del_window)
         self._del_metrics.start_step()
         return batch_samples, num_items_in_batch
@@ -267,27 +277,23 @@ class DELTrainerMixin:
     def _resolve_auto_weight(self, batch_samples: list, window: WindowCounts) -> None:
         """lambda of ``loss_weight="auto"`` from the first step's micro-batches (the module doc); a
         collective, as :meth:`get_batch_samples` is."""
-        loss_fn, model = self.del_loss, self.model
-        loss_fn.weight = 1.0
-        totals = torch.zeros(2, dtype=torch.float64, device=self.args.device)
-        was_training = model.training
-        model.eval()
+
+        def unit_terms(inputs: Mapping[str, Any]) -> torch.Tensor:
+            inputs = self._prepare_inputs(inputs)
+            targets = aligned_targets(inputs)
+            counts = self.loss_normalisers(window, targets)
+            score = self._forward(self.model, inputs, targets, carried_spans(inputs))[1]
+            out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
+            return torch.stack([out.ce, out.aux])
+
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
-        try:
-            with torch.no_grad(), torch.random.fork_rng(devices=devices):
-                for inputs in batch_samples:
-                    inputs = self._prepare_inputs(inputs)
-                    targets = aligned_targets(inputs)
-                    counts = self.loss_normalisers(window, targets)
-                    score = self._forward(model, inputs, targets, carried_spans(inputs))[1]
-                    out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
-                    totals += torch.stack([out.ce, out.aux]).to(totals)
-        finally:
-            model.train(was_training)
-        ce, unit_term = self.reduce_counts(totals).tolist()
-        loss_fn.weight = auto_weight(ce, unit_term, self._del_auto_ratio)
-        self._del_auto_ratio = None
-        self.log({"auto_loss_weight": loss_fn.weight, "auto_weight_ce": ce, "auto_weight_unit_term": unit_term})
+        ratio = self.del_loss_spec.auto_ratio
+        chosen = measure_auto_weight(self.model, batch_samples, unit_terms, self.reduce_counts, ratio, devices)
+        self.del_loss.set_weight(chosen.weight)
+        self.del_auto_weight, self._del_auto_pending = chosen, False
+        self.log(
+            {"auto_loss_weight": chosen.weight, "auto_weight_ce": chosen.ce, "auto_weight_unit_term": chosen.unit_term}
+        )
 
     def _take_window(self) -> WindowCounts:
         if self._del_window is None or self._del_left <= 0:
@@ -302,16 +308,13 @@ class DELTrainerMixin:
         """R, the factor of each micro-batch loss before its backward (the module doc): the count
         of processes DDP / ZeRO / FSDP divide the summed gradients by; under DeepSpeed sequence
         parallelism the count DeepSpeed's averaging divides by for its ZeRO stage
-        (:func:`del_core.training.engine.gradient_divisor`)."""
+        (:func:`del_core.engines.deepspeed.gradient_divisor`)."""
         processes = self.accelerator.num_processes
         if self._del_sp == 1:
             return processes
-        from del_core.config import ConfigError
-        from del_core.training.engine import gradient_divisor
-
         ds_config = self.accelerator.state.deepspeed_plugin.deepspeed_config
         try:
-            return gradient_divisor(ds_config, processes // self._del_sp, self._del_sp)
+            return ds.gradient_divisor(ds_config, processes // self._del_sp, self._del_sp)
         except ConfigError as error:
             raise UnsupportedSetupError(
                 f"the del_core loss cannot train with sp_size={self._del_sp}: {error}"
@@ -344,15 +347,6 @@ class DELTrainerMixin:
 
 class DELTrainer(DELTrainerMixin, Trainer):
     """``transformers.Trainer`` training with a del_core loss (see :class:`DELTrainerMixin`)."""
-
-
-def _loss_path(value: str) -> str:
-    """``loss_path`` as one of :data:`del_core.losses.LOSS_PATHS` (an unknown value is left for
-    :func:`loss_path_problems` to report with the other settings)."""
-    try:
-        return loss_path_name(value, "loss_path", stacklevel=3)
-    except ValueError:
-        return value
 
 
 def _bound_arguments(init: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -1,14 +1,28 @@
-"""The del_core loss of a Trainer: given ready-made, or built by name with the tokenizer's digits."""
+"""The del_core loss of a Trainer: given ready-made, or built from its :class:`LossSpec` (given, or
+made from the ``loss=`` / ``loss_weight=`` / ``loss_options=`` / ``auto_ratio=`` arguments) with the
+tokenizer's digits."""
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any, Optional, Union
 
 import torch
 
-from del_core.losses import WEIGHTED_LOSSES, NumericLoss, build_loss_for_model, loss_needs
+from del_core.losses import DEFAULT_AUTO_RATIO, KeySpelling, LossSpec, LossSpecError, NumericLoss, head_weight_copy
 from del_core.vocab import DigitVocab
+
+# The LossSpec fields as the Trainer's keyword arguments name them, for the spec's messages.
+ARGUMENT_KEYS = KeySpelling(renamed={"name": "loss", "weight": "loss_weight", "options": "loss_options"})
+
+
+@dataclass(frozen=True)
+class TrainerLoss:
+    """The loss a Trainer trains with, and the set-up it was built from (None: built by the caller)."""
+
+    loss: NumericLoss
+    spec: Optional[LossSpec]
 
 
 def tokenizer_of(processing_class: Any) -> Any:
@@ -28,62 +42,51 @@ def digit_vocab(vocab: Optional[DigitVocab], processing_class: Any) -> Optional[
     return DigitVocab.from_tokenizer(tokenizer) if tokenizer is not None else None
 
 
-def head_weight_copy(model: torch.nn.Module, loss: str) -> torch.Tensor:
-    """A detached copy of the LM-head weight [V, H] for the loss ``loss`` (EMO's cost embedding);
-    refuses a weight that ZeRO-3 has partitioned (it holds no values outside the module's forward)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    weight = getattr(head, "weight", None)
-    if weight is None or weight.dim() != 2 or weight.numel() == 0:
-        option = loss_needs(loss).head_weight_as
-        raise ValueError(
-            f"loss={loss!r} needs the LM-head weight, and this model's is absent or partitioned (ZeRO-3); pass "
-            f"loss=del_core.build_loss({loss!r}, vocab, {option}=<the gathered [V, H] LM-head weight>)"
+def loss_spec(
+    loss: Union[str, LossSpec],
+    weight: Union[float, str, None] = None,
+    options: Optional[dict] = None,
+    auto_ratio: Optional[float] = None,
+) -> LossSpec:
+    """``loss`` itself when it is a :class:`LossSpec` (then ``weight``, ``options`` and ``auto_ratio``
+    must be unset: it carries its own), else ``LossSpec(loss, weight, auto_ratio, options)``; a
+    :class:`LossSpecError` names the argument (``loss_weight='auto': loss 'mle' has no weight lambda``)."""
+    if isinstance(loss, LossSpec):
+        if weight is not None or options or auto_ratio is not None:
+            raise TypeError("loss is a LossSpec: give loss_weight, loss_options and auto_ratio inside it")
+        return loss
+    if not isinstance(loss, str):
+        raise TypeError(
+            f"loss must be a loss name, a del_core LossSpec or a del_core NumericLoss, got {type(loss).__name__}"
         )
-    return weight.detach().clone()
-
-
-AUTO_PLACEHOLDER = 1.0  # lambda of loss_weight="auto" until the first batch has been measured
-
-
-def is_auto_weight(weight: Union[float, str, None]) -> bool:
-    """Whether ``weight`` is ``"auto"``; ValueError for any other text."""
-    if isinstance(weight, str) and weight != "auto":
-        raise ValueError(f"loss_weight must be a number, 'auto' or None, got {weight!r}")
-    return weight == "auto"
-
-
-def loss_weight_arg(text: str) -> Union[float, str]:
-    """A ``--loss-weight`` command-line value: ``auto``, or a number in any spelling Python reads
-    (``0.1``, ``1e-3``, ``.5``); ValueError otherwise (argparse reports it as an invalid value)."""
-    return text if text == "auto" else float(text)
+    ratio = DEFAULT_AUTO_RATIO if auto_ratio is None else auto_ratio
+    try:
+        return LossSpec(loss, weight, ratio, dict(options or {}))
+    except LossSpecError as err:
+        raise err.respelt(ARGUMENT_KEYS) from None
 
 
 def resolve_loss(
-    loss: Union[str, NumericLoss],
+    loss: Union[str, LossSpec, NumericLoss],
     weight: Union[float, str, None],
     options: Optional[dict],
+    auto_ratio: Optional[float],
     vocab: Optional[DigitVocab],
     processing_class: Any,
     model: torch.nn.Module,
-) -> NumericLoss:
-    """``loss`` itself when it is a :class:`NumericLoss` (then ``weight``/``options``/``vocab`` must
-    be unset: it carries its own); else ``build_loss_for_model(loss, vocab, weight, **options)``
-    with the vocabulary of :func:`digit_vocab` and a copy of the model's LM-head weight for a loss
-    that needs one (EMO's cost embedding). ``weight="auto"`` builds the loss with a placeholder
-    lambda that the Trainer sets on its first batch."""
+) -> TrainerLoss:
+    """``loss`` itself when it is a :class:`NumericLoss` (then the other loss arguments must be
+    unset: it carries its own); else the loss of :func:`loss_spec`, built with the vocabulary of
+    :func:`digit_vocab` and, for a loss that needs one, a copy of the model's LM-head weight
+    (EMO's cost embedding). ``weight="auto"`` builds it with the placeholder lambda that the
+    Trainer replaces on its first batch."""
     if isinstance(loss, NumericLoss):
-        if weight is not None or options or vocab is not None:
+        if weight is not None or options or auto_ratio is not None or vocab is not None:
             raise TypeError(
-                "loss is a built NumericLoss: pass loss_weight, loss_options and vocab to build_loss instead"
+                "loss is a built NumericLoss: pass loss_weight, loss_options, auto_ratio and vocab to build_loss "
+                "or a LossSpec instead"
             )
-        return loss
-    if not isinstance(loss, str):
-        raise TypeError(f"loss must be a loss name or a del_core NumericLoss, got {type(loss).__name__}")
-    if is_auto_weight(weight):
-        if loss.lower().replace("-", "_") not in WEIGHTED_LOSSES:
-            raise ValueError(f"loss_weight='auto': loss {loss!r} has no weight lambda")
-        weight = AUTO_PLACEHOLDER
-    head_weight = functools.partial(head_weight_copy, model, loss)
-    return build_loss_for_model(
-        loss, digit_vocab(vocab, processing_class), weight, head_weight=head_weight, **dict(options or {})
-    )
+        return TrainerLoss(loss, None)
+    spec = loss_spec(loss, weight, options, auto_ratio)
+    head_weight = functools.partial(head_weight_copy, model)
+    return TrainerLoss(spec.build(digit_vocab(vocab, processing_class), head_weight), spec)

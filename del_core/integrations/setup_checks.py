@@ -66,7 +66,7 @@ def parallelism_problems(n_gpu: int, tp_size: int, cp_size: int, sp_size: int) -
     return problems
 
 
-def sequence_parallel_problems(sp_size: int, auto_weight: bool, deepspeed: bool) -> list[str]:
+def sequence_parallel_problems(sp_size: int, weight_is_auto: bool, deepspeed: bool) -> list[str]:
     """What the adapter cannot do under sequence parallelism: without DeepSpeed (whose Ulysses
     runs it), and ``loss_weight="auto"``, which measures lambda in eval mode, where the Trainer runs
     without sequence parallelism on the shards it holds."""
@@ -75,7 +75,7 @@ def sequence_parallel_problems(sp_size: int, auto_weight: bool, deepspeed: bool)
     problems = []
     if not deepspeed:
         problems.append(f"sequence parallelism (sp_size={sp_size}) without DeepSpeed: pass a DeepSpeed config")
-    if auto_weight:
+    if weight_is_auto:
         problems.append(
             f"loss_weight='auto' with sequence parallelism (sp_size={sp_size}): lambda is measured in eval mode, "
             "where sequence parallelism is off; measure it without sp (or with recipes/train.py) and pass the number"

@@ -16,6 +16,7 @@ from typing import Optional
 
 import torch
 
+from del_core.engines import deepspeed as ds
 from del_core.integrations.setup_checks import UnsupportedSetupError, head_weight
 from del_core.losses import LossCalls, LossOutput, loss_on_path
 from del_core.spans import NumberSpans
@@ -75,13 +76,11 @@ def attach_chunked_loss_host(model: torch.nn.Module) -> ChunkedLossHost:
     """A :class:`ChunkedLossHost` added to ``model`` as its submodule :data:`HOST_NAME`, with the
     LM-head weight registered as the host's ZeRO-3 external parameter. Call before
     ``deepspeed.initialize`` wraps ``model`` (the Trainer does that in ``train()``)."""
-    from del_core.training.engine import register_external_weight
-
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
     if not isinstance(weight, torch.nn.Parameter):
         raise UnsupportedSetupError(f"loss_path='chunked': {type(model).__name__} has no LM-head weight parameter")
     host = ChunkedLossHost(model)
     model.add_module(HOST_NAME, host)
-    register_external_weight(host, weight)
+    ds.register_external_weight(host, weight)
     return host

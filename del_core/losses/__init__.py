@@ -1,6 +1,18 @@
-"""Numeric losses: DEL and its baselines (MLE, MixCE, EMO, NTL-WAS/MSE, DIST2Loss)."""
+"""Numeric losses: DEL and its baselines (MLE, MixCE, EMO, NTL-WAS/MSE, DIST2Loss).
 
-from .auto_weight import DEFAULT_AUTO_RATIO, auto_weight
+:class:`LossSpec` is the one loss set-up of every way in (the training recipe's ``loss`` section,
+``DELTrainer``'s arguments): it checks itself, builds the loss and knows the placeholder lambda of
+``weight="auto"``; :func:`measure_auto_weight` measures that lambda for both trainers.
+"""
+
+from .auto_weight import (
+    AUTO_PLACEHOLDER,
+    DEFAULT_AUTO_RATIO,
+    AutoWeight,
+    AutoWeightError,
+    auto_weight,
+    measure_auto_weight,
+)
 from .base import LossNeeds, LossOutput, NumericLoss
 from .catalog import (
     DEL_DEFAULT_WEIGHT,
@@ -10,27 +22,39 @@ from .catalog import (
     WEIGHTED_LOSSES,
     build_loss,
     loss_class,
+    loss_name,
 )
 from .loss_path import LOSS_PATHS, LossCalls, loss_on_path, loss_path_name
-from .model_needs import build_loss_for_model, loss_needs
+from .model_needs import build_loss_for_model, head_weight_copy, loss_needs
+from .spec import AUTO, KeySpelling, LossSpec, LossSpecError
 
 __all__ = [
+    "AUTO",
+    "AUTO_PLACEHOLDER",
+    "AutoWeight",
+    "AutoWeightError",
     "DEFAULT_AUTO_RATIO",
     "DEL_DEFAULT_WEIGHT",
     "DIST2_DEFAULT_WEIGHT",
+    "KeySpelling",
     "LOSS_NAMES",
     "LOSS_PATHS",
     "LossCalls",
     "LossNeeds",
     "LossOutput",
+    "LossSpec",
+    "LossSpecError",
     "NTL_DEFAULT_WEIGHT",
     "NumericLoss",
     "WEIGHTED_LOSSES",
     "auto_weight",
     "build_loss",
     "build_loss_for_model",
+    "head_weight_copy",
     "loss_class",
+    "loss_name",
     "loss_needs",
     "loss_on_path",
     "loss_path_name",
+    "measure_auto_weight",
 ]

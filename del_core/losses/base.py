@@ -15,8 +15,7 @@ multi-digit vocabulary (Llama-3) a token of 1..K digits, scored within its width
 
 from __future__ import annotations
 
-import dataclasses
-import warnings
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar, Optional, Union
 
@@ -114,28 +113,6 @@ class NumericLoss(torch.nn.Module):
     name = "base"
     needs: ClassVar[LossNeeds] = LossNeeds()
 
-    def __init_subclass__(cls, **kwargs) -> None:
-        super().__init_subclass__(**kwargs)
-        if "needs_vocab" in cls.__dict__:  # the spelling of release 0.1, accepted for one release
-            warnings.warn(
-                f"{cls.__name__}.needs_vocab is deprecated and will be removed in the next release: declare "
-                "needs = LossNeeds(vocab=...)",
-                FutureWarning,
-                stacklevel=2,
-            )
-            cls.needs = dataclasses.replace(cls.needs, vocab=bool(cls.__dict__["needs_vocab"]))
-            del cls.needs_vocab
-
-    @property
-    def needs_vocab(self) -> bool:
-        """Deprecated: ``needs.vocab``."""
-        warnings.warn(
-            "NumericLoss.needs_vocab is deprecated and will be removed in the next release: read needs.vocab",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return self.needs.vocab
-
     def __init__(self, vocab: Optional[DigitVocab], weight: float = 0.0, validate: Union[bool, str] = "async"):
         super().__init__()
         if vocab is None and self.needs.vocab:
@@ -143,6 +120,14 @@ class NumericLoss(torch.nn.Module):
         self.vocab = vocab
         self.weight = float(weight)
         self.validate = validate_mode(validate)
+
+    def set_weight(self, weight: float) -> None:
+        """Set lambda after the loss was built: ``weight="auto"`` builds the loss with a placeholder
+        (:data:`del_core.losses.AUTO_PLACEHOLDER`) and the measured value comes in here, once.
+        ValueError for a weight that is not a finite number >= 0."""
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ValueError(f"{self.name}: weight must be a finite number >= 0, got {weight}")
+        self.weight = float(weight)
 
     # --- hooks for subclasses -------------------------------------------------------------
     def token_part(self, batch: Batch, ce: torch.Tensor) -> Optional[torch.Tensor]:

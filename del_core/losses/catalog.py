@@ -164,12 +164,18 @@ LOSS_NAMES = tuple(_LOSSES)
 WEIGHTED_LOSSES = tuple(name for name, (_, default_weight) in _LOSSES.items() if default_weight is not None)
 
 
+class NoWeightError(TypeError):
+    """A lambda given to a loss that has none (MLE, MixCE, EMO): the one place this rule is checked."""
+
+
 def loss_class(name: str) -> type[NumericLoss]:
-    """The class of the loss ``name`` (case-insensitive, ``-`` = ``_``): one of :data:`LOSS_NAMES`."""
-    return _LOSSES[_key(name)][0]
+    """The class of the loss ``name`` (as :func:`loss_name` reads it)."""
+    return _LOSSES[loss_name(name)][0]
 
 
-def _key(name: str) -> str:
+def loss_name(name: str) -> str:
+    """``name`` as one of :data:`LOSS_NAMES` (case-insensitive, ``-`` = ``_``: ``NTL-WAS`` is
+    ``ntl_was``); ValueError naming the choices for any other name."""
     key = name.lower().replace("-", "_")
     if key not in _LOSSES:
         raise ValueError(f"unknown loss {name!r}; choose one of {', '.join(LOSS_NAMES)}")
@@ -185,13 +191,13 @@ def build_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float] =
     that name positions; ``"off"``; see :class:`NumericLoss`). ``vocab`` may be None for mle/mixce/emo (then no
     digit metrics are reported).
     """
-    key = _key(name)
+    key = loss_name(name)
     cls, default_weight = _LOSSES[key]
     option = cls.needs.head_weight_as
     if option is not None and options.get(option) is None:
         raise TypeError(f"loss {key!r} needs {option}=<the LM-head weight [V, H] at the start of training>")
     if default_weight is None:
         if weight is not None:
-            raise TypeError(f"loss {key!r} has no weight lambda (MixCE takes eta=, EMO has none)")
+            raise NoWeightError(f"loss {key!r} has no weight lambda (MixCE takes eta=, EMO has none)")
         return cls(vocab, **options)
     return cls(vocab, default_weight if weight is None else weight, **options)

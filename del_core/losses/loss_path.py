@@ -13,7 +13,6 @@ Hugging Face Trainer adapter both call it after running their model.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
@@ -25,22 +24,11 @@ from .base import LossOutput, Normaliser, NumericLoss
 from .statistics import VocabSlice
 
 LOSS_PATHS = ("logits", "chunked")
-# Spellings accepted for one release, with a FutureWarning naming the path's name.
-_DEPRECATED_PATHS = {"hidden": "chunked"}
 
 
-def loss_path_name(value: str, setting: str = "loss_path", stacklevel: int = 2) -> str:
-    """``value`` as one of :data:`LOSS_PATHS`; ``"hidden"`` is read as ``"chunked"`` with a
-    FutureWarning (attributed ``stacklevel`` frames above the caller). ``setting`` names the
-    option in the messages. Anything else raises ValueError."""
-    if value in _DEPRECATED_PATHS:
-        name = _DEPRECATED_PATHS[value]
-        warnings.warn(
-            f"{setting}={value!r} is deprecated and will be removed in the next release: use {setting}={name!r}",
-            FutureWarning,
-            stacklevel=stacklevel + 1,
-        )
-        return name
+def loss_path_name(value: str, setting: str = "loss_path") -> str:
+    """``value`` when it is one of :data:`LOSS_PATHS`; ValueError naming ``setting`` (the option as
+    the caller spells it) otherwise."""
     if value not in LOSS_PATHS:
         raise ValueError(
             f"{setting}={value!r}: choose 'logits' (the model's logits) or 'chunked' (from the last hidden "
@@ -51,11 +39,11 @@ def loss_path_name(value: str, setting: str = "loss_path", stacklevel: int = 2) 
 
 @dataclass(frozen=True)
 class LossCalls:
-    """The two calls of one loss: ``logits`` (``NumericLoss.forward``) and ``hidden``
-    (``NumericLoss.from_hidden``), or compiled forms of them with the same signatures."""
+    """The calls of one loss, one per path of :data:`LOSS_PATHS`: ``logits`` (``NumericLoss.forward``)
+    and ``chunked`` (``NumericLoss.from_hidden``), or compiled forms of them with the same signatures."""
 
     logits: Callable[..., LossOutput]
-    hidden: Callable[..., LossOutput]
+    chunked: Callable[..., LossOutput]
 
     @classmethod
     def of(cls, loss: NumericLoss) -> LossCalls:
@@ -90,7 +78,7 @@ def loss_on_path(
         raise ValueError(f"unknown loss path {path!r}; choose one of {', '.join(LOSS_PATHS)}")
     if head_weight is None:
         raise ValueError("the chunked loss path needs the LM-head weight [V, H]")
-    return calls.hidden(
+    return calls.chunked(
         source,
         head_weight,
         targets,

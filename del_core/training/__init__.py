@@ -1,6 +1,7 @@
 """Training under DeepSpeed: the trainer, its configuration and its parts.
 
-Importing this package does not import DeepSpeed (only :mod:`.engine` does, when a run starts).
+Importing this package does not import DeepSpeed (only :mod:`del_core.engines.deepspeed` does, when a
+run starts).
 
     from del_core.training import Trainer, load_train_config
 """

@@ -15,16 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
-
-import torch
+from typing import Any, Optional
 
 from del_core.config import ConfigError, KeyAliases, load_config
 from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
-from del_core.losses import DEFAULT_AUTO_RATIO, LOSS_NAMES, LOSS_PATHS, WEIGHTED_LOSSES, build_loss_for_model
+from del_core.losses import LOSS_PATHS, KeySpelling, LossSpec, LossSpecError
 from del_core.models.sources import ModelSourceError, check_model_source
-from del_core.vocab import DigitVocab
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
 
@@ -56,50 +53,28 @@ class ModelConfig:
         _check_choice("model", "precision", self.precision, ("auto", "bf16", "fp32"))
 
 
+# The loss section's keys as a recipe and the command line write them, for LossSpec's messages.
+LOSS_KEYS = KeySpelling(prefix="loss.", literal=str, unset="empty")
+
+
 @dataclass
-class LossConfig:
-    name: str = "del"  # mle mixce emo ntl_was ntl_mse dist2 del
-    # lambda; None = the loss's default (del 0.128); auto = from the first batch (auto_ratio below)
-    weight: Optional[Union[float, str]] = None
-    auto_ratio: float = DEFAULT_AUTO_RATIO  # weight=auto: lambda x digit term / CE on the first step's batch
-    options: dict[str, Any] = field(default_factory=dict)  # eta (mixce), tau / place_weighted (dist2)
+class LossConfig(LossSpec):
+    """The ``loss`` section: the loss set-up (:class:`del_core.losses.LossSpec`: ``name``,
+    ``weight``, ``auto_ratio``, ``options``) and where and how the trainer computes it."""
+
     path: str = "logits"  # logits, or chunked: from the last hidden states, never holding full fp32 logits
     chunk_size: int = 256  # tokens per chunk of the chunked path (one chunk: chunk x V x 6 bytes in bf16)
     compile: bool = False  # torch.compile the loss: one graph, no recompiles across padded lengths
     compile_backend: str = "inductor"  # torch.compile backend (aot_eager: the same ops, for checks)
 
     def __post_init__(self) -> None:
-        _check_choice("loss", "name", self.name, LOSS_NAMES)
-        self._check_weight()
+        try:
+            super().__post_init__()
+        except LossSpecError as err:
+            raise ConfigError(str(err.respelt(LOSS_KEYS))) from None
         _check_choice("loss", "path", self.path, LOSS_PATHS)
         _check_choice("loss", "compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
-        self._check_options()
-
-    @property
-    def auto_weight(self) -> bool:
-        return self.weight == "auto"
-
-    def _check_options(self) -> None:
-        """The loss builds with its weight and options (the loss's own checks: mixce's eta in [0, 1],
-        dist2's tau > 0, no unknown option), on a stand-in vocabulary of ten digits, before any model
-        loads."""
-        stand_in = DigitVocab(digit_ids=tuple(range(10)), point_id=10, name="the configuration check")
-        weight = 1.0 if self.auto_weight else self.weight
-        try:
-            build_loss_for_model(self.name, stand_in, weight, head_weight=lambda: torch.ones(11, 1), **self.options)
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"loss {self.name} with loss.options {self.options}: {err}") from None
-
-    def _check_weight(self) -> None:
-        if not self.auto_ratio > 0:
-            raise ConfigError(f"loss.auto_ratio must be > 0, got {self.auto_ratio}")
-        if isinstance(self.weight, str) and not self.auto_weight:
-            raise ConfigError(f"loss.weight must be a number, auto or empty, got {self.weight!r}")
-        if self.weight is not None and self.name not in WEIGHTED_LOSSES:
-            raise ConfigError(f"loss.weight={self.weight}: loss {self.name} has no weight lambda")
-        if not self.auto_weight and self.weight is not None and not self.weight >= 0:
-            raise ConfigError(f"loss.weight must be >= 0, got {self.weight}")
 
 
 @dataclass

@@ -8,10 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from del_core.engines import deepspeed as ds
 from del_core.parallel import ParallelDims
-from del_core.training import engine as ds
 from del_core.training.config import OptimizerConfig, TrainConfig
 from del_core.training.objective import CausalLMObjective
+from del_core.training.optimizer import initialize_engine
 from del_core.training.runtime import Runtime
 from del_core.training.schedule import warmup_cosine
 
@@ -37,7 +38,7 @@ def setup_engine(
 ) -> TrainingEngine:
     """The engine for ``total_steps`` steps (``sequence_groups``: the Ulysses groups of the model's
     set-up, else None); under tensor parallelism the loss then computes on this rank's head columns."""
-    engine, scheduler = ds.initialize(
+    engine, scheduler = initialize_engine(
         objective, config, ds_config, total_steps, runtime.use_ds_optimizer, mpu=sequence_groups
     )
     if dims.tp > 1:
@@ -68,7 +69,7 @@ def apply_optimizer_settings(scheduler: Any, optimizer: OptimizerConfig, total_s
     groups = scheduler.optimizer.param_groups
     for index, group in enumerate(groups):
         group.update(initial_lr=optimizer.lr, betas=tuple(optimizer.betas), eps=optimizer.eps)
-        # ds.parameter_groups: the matrices' group (with weight decay) first, then the vectors'
+        # optimizer.parameter_groups: the matrices' group (with weight decay) first, then the vectors'
         group["weight_decay"] = optimizer.weight_decay if index == 0 and len(groups) == 2 else group["weight_decay"]
     factor = warmup_cosine(total_steps, optimizer.warmup_ratio, optimizer.min_lr_ratio)
     scheduler.lr_lambdas = [factor] * len(groups)

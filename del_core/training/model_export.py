@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from del_core.config import config_to_yaml
+from del_core.engines import deepspeed as ds
 from del_core.models import drop_tied_copies, merged_state_dict, save_adapter, save_hf
 from del_core.parallel import ParallelDims, barrier
-from del_core.training import engine as ds
 from del_core.training.config import TrainConfig
 from del_core.training.objective import CausalLMObjective
 

@@ -15,6 +15,7 @@ import torch
 
 from del_core import DigitVocab, MultiDigitVocabularyError
 from del_core.config import ConfigError
+from del_core.engines import deepspeed as ds
 from del_core.losses import loss_needs
 from del_core.models import (
     LoraSettings,
@@ -30,7 +31,6 @@ from del_core.models import (
 )
 from del_core.parallel import ParallelDims, check_head_counts, check_sequence_head_counts
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
-from del_core.training import engine as ds
 from del_core.training.config import TrainConfig
 from del_core.training.runtime import Runtime
 

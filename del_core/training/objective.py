@@ -68,10 +68,10 @@ class CausalLMObjective(torch.nn.Module):
         self.lm = lm
         # Not a submodule: its (frozen) buffers are no model state to partition, save or export.
         self._loss_fn = (loss_fn,)
-        self.loss_path = loss_path_name(loss_path, "loss_path", stacklevel=3)
+        self.loss_path = loss_path_name(loss_path, "loss_path")
         self.chunk_size = chunk_size
         self.compilation = compile_loss
-        self._compiled = None  # (logits call, hidden call), built on first use
+        self._compiled = None  # the compiled LossCalls, built on first use
         self.vocab_slice = None  # set by use_vocab_parallel_head under tensor parallelism
         self.tp_group = None
         # DeepSpeed's AutoTP installs its own vocab-parallel cross-entropy here when it makes the
@@ -101,7 +101,7 @@ class CausalLMObjective(torch.nn.Module):
             self._compiled = LossCalls(
                 *(
                     torch.compile(call, backend=self.compilation.backend, dynamic=True, fullgraph=True)
-                    for call in (own.logits, own.hidden)
+                    for call in (own.logits, own.chunked)
                 )
             )
         return self._compiled

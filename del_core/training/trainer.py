@@ -39,16 +39,16 @@ from del_core.data.dataset_cache import DataRequest, prepare_cached_training_dat
 from del_core.data.sequence_shards import shard_batch
 from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
-from del_core.losses import build_loss_for_model
+from del_core.engines import deepspeed as ds
+from del_core.losses import AutoWeight, head_weight_copy, measure_auto_weight
 from del_core.models.sequence_attention import evaluation_attention
-from del_core.parallel import ParallelDims, local_main_first, sum_named
-from del_core.training import engine as ds
+from del_core.parallel import ParallelDims, local_main_first, sum_over
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import build_ds_config
 from del_core.training.engine_setup import apply_optimizer_settings, setup_engine
 from del_core.training.heldout import HeldOutResult
 from del_core.training.heldout_history import HeldOutHistory
-from del_core.training.loss_weight import AutoWeight
+from del_core.training.loss_weight import run_auto_weight
 from del_core.training.model_export import ExportSource, export_model
 from del_core.training.model_setup import RunTokenizer, load_run_tokenizer, load_training_model, output_vocab_size
 from del_core.training.objective import CausalLMObjective, LossCompilation
@@ -185,12 +185,8 @@ class Trainer:
         model, self.peft_model, self.dims = built.model, built.peft_model, built.dims
         self._partitioning, self._sequence_groups = built.partitioning, built.sequence_groups
         self.output_vocab_size = output_vocab_size(model)
-        # weight=auto: a placeholder until the first batch has been measured (_resolve_auto_weight)
-        weight = 1.0 if loss_cfg.auto_weight else loss_cfg.weight
-        head_weight = functools.partial(self._head_weight_copy, model)
-        loss_fn = build_loss_for_model(
-            loss_cfg.name, self.vocab, weight, head_weight=head_weight, **dict(loss_cfg.options)
-        )
+        gathered = functools.partial(ds.gathered, enabled=self._zero3)
+        loss_fn = loss_cfg.build(self.vocab, functools.partial(head_weight_copy, model, self.runtime.device, gathered))
         compilation = None
         if loss_cfg.compile:
             max_tokens = self.config.run.micro_batch_size * self.config.data.max_length
@@ -203,13 +199,6 @@ class Trainer:
         self.objective.train()
         if self._zero3 and loss_cfg.path == "chunked" and self.dims.tp == 1:
             ds.register_lm_head_weight(self.objective)
-
-    def _head_weight_copy(self, model: Any) -> torch.Tensor:
-        """An fp32 copy of the LM-head weight [V, H] on this rank's device (gathered under ZeRO-3),
-        for a loss that keeps one (:class:`del_core.losses.LossNeeds`)."""
-        weight = model.get_output_embeddings().weight
-        with ds.gathered([weight], enabled=self._zero3):
-            return weight.detach().to(self.runtime.device, torch.float32).clone()
 
     @property
     def _zero3(self) -> bool:
@@ -234,7 +223,7 @@ class Trainer:
         self.step = self.folder.restore(self.engine, self.config.lora.enabled)
         if self.folder.changed_at(self.step):
             apply_optimizer_settings(self.scheduler, self.config.optimizer, self.total_steps)
-        if self.config.loss.auto_weight:
+        if self.config.loss.is_auto:
             self._resolve_auto_weight()
         self.reporter = self.folder.begin(self.step, self.config, self.total_steps, self.stop)
         synced_generation = self._zero3 and self.dims.world > 1
@@ -304,41 +293,34 @@ class Trainer:
             spans=self._spans_input(batch),
         )
 
-    @torch.no_grad()
-    def _first_batch_terms(self) -> dict[str, float]:
-        """CE and the weight-1 digit term ("aux") over step 1's global batch at the initial weights
-        (eval mode, RNG forked: training is unchanged). Collective."""
-        batches = self._micro_batches()
-        counts = step_counts(batches, self.runtime.device, self.dims.dp_group)
-        loss_fn, was_training = self.objective.loss_fn, self.objective.training
-        loss_fn.weight = 1.0
-        totals = {"ce": torch.zeros((), device=self.runtime.device), "aux": torch.zeros((), device=self.runtime.device)}
-        self.objective.eval()
-        sequence_parallel = self.dims.sp > 1
-        try:
-            with (
-                torch.random.fork_rng(devices=self._rng_devices()),
-                evaluation_attention(self.objective.lm, enabled=sequence_parallel),
-            ):
-                for cpu_batch in batches:
-                    out = self._forward(cpu_batch.to(self.runtime.device), counts, whole=sequence_parallel)
-                    totals = {name: totals[name] + out[name].detach() for name in totals}
-        finally:
-            self.objective.train(was_training)
-        return sum_named(totals, self.runtime.device, self.dims.dp_group)
-
     def _resolve_auto_weight(self) -> None:
         """loss.weight=auto: lambda from the first batch at step 0 (saved), from OUTPUT_DIR on resume."""
-        cfg = self.config.loss
-        if self.step == 0:
-            terms = self._first_batch_terms()
-            chosen = AutoWeight.measure(terms["ce"], terms["aux"], cfg.auto_ratio)
-            if self.dims.is_main:
-                chosen.save(self.output_dir)
-        else:
-            chosen = AutoWeight.load(self.output_dir)
-        self.objective.loss_fn.weight = chosen.weight
-        self.log(chosen.describe(cfg.name))
+        chosen = run_auto_weight(self._measure_auto_weight, self.output_dir, self.step, self.dims.is_main)
+        self.objective.loss_fn.set_weight(chosen.weight)
+        self.log(chosen.describe(self.config.loss.name))
+
+    def _measure_auto_weight(self) -> AutoWeight:
+        """lambda from the CE and the weight-1 digit term of step 1's global batch at the initial
+        weights (:func:`measure_auto_weight`); under sequence parallelism every rank runs whole
+        sequences with evaluation attention. Collective."""
+        batches = self._micro_batches()
+        counts = step_counts(batches, self.runtime.device, self.dims.dp_group)
+        sequence_parallel = self.dims.sp > 1
+
+        def unit_terms(cpu_batch: TokenBatch) -> torch.Tensor:
+            out = self._forward(cpu_batch.to(self.runtime.device), counts, whole=sequence_parallel)
+            return torch.stack([out["ce"], out["aux"]])
+
+        with evaluation_attention(self.objective.lm, enabled=sequence_parallel):
+            return measure_auto_weight(
+                self.objective,
+                batches,
+                unit_terms,
+                functools.partial(sum_over, group=self.dims.dp_group),
+                self.config.loss.auto_ratio,
+                self._rng_devices(),
+                dtype=torch.float32,
+            )
 
     def _rng_devices(self) -> list[int]:
         return [self.runtime.device.index or 0] if self.runtime.device.type == "cuda" else []

@@ -10,7 +10,6 @@ token AND digit counts of the whole optimizer step over all ranks (see docs/hf_t
 logs ``ce``, ``aux``, ``digit_entropy`` and ``digit_acc`` beside ``loss``.
 """
 
-import argparse
 import random
 
 import torch
@@ -18,7 +17,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DataCollatorForSeq
 
 from del_core.console import filter_known_warnings
 from del_core.integrations import DELTrainer
-from del_core.integrations.loss_setup import loss_weight_arg
+from del_core.integrations.example_cli import example_arguments, loss_line, print_auto_weight
 from del_core.models import resolve_model
 
 filter_known_warnings()
@@ -40,19 +39,7 @@ def tokenize(row: dict[str, str], tokenizer) -> dict[str, list[int]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2", help="HF directory or hub name; smollm2 = the offline default")
-    parser.add_argument("--loss", default="del", help="mle mixce emo ntl_was ntl_mse dist2 del")
-    parser.add_argument(
-        "--loss-weight",
-        type=loss_weight_arg,
-        default=None,
-        help="lambda, or auto (from the first batch); default: the loss's own",
-    )
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--output-dir", default="runs/hf-trainer-example")
-    parser.add_argument("--deepspeed", default=None, help="a DeepSpeed JSON (ds_configs/zero3.json)")
-    args = parser.parse_args()
+    args = example_arguments(__doc__, "runs/hf-trainer-example")  # --model --loss --loss-weight --steps ...
 
     source = resolve_model(args.model)  # smollm2 / a .gguf file become a Hugging Face directory
     tokenizer = AutoTokenizer.from_pretrained(source)
@@ -77,15 +64,11 @@ def main() -> None:
         train_dataset=rows,
         data_collator=DataCollatorForSeq2Seq(tokenizer, padding=True),  # pads labels with -100
         processing_class=tokenizer,  # the digit vocabulary is found from it
-        loss=args.loss,
-        loss_weight=args.loss_weight,
+        loss=args.loss_spec,  # LossSpec(args.loss, weight=args.loss_weight): a name, a lambda or "auto"
     )
-    loss = trainer.del_loss
-    weight = "auto, from the first batch" if args.loss_weight == "auto" else loss.weight
-    print(f"[del] loss {loss.name} (lambda {weight}); digits: {loss.vocab.describe()}")
+    print(loss_line(trainer))
     trainer.train()
-    if args.loss_weight == "auto":
-        print(f"[del] lambda auto = {loss.weight:.4g}")
+    print_auto_weight(trainer)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,6 @@ prepares the data as usual (here: the prompt is masked, the completion learned);
 must stay ``"nll"``.
 """
 
-import argparse
-
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -20,7 +18,7 @@ from trl import SFTConfig
 
 from del_core.console import filter_known_warnings
 from del_core.integrations import DELSFTTrainer
-from del_core.integrations.loss_setup import loss_weight_arg
+from del_core.integrations.example_cli import example_arguments, loss_line, print_auto_weight
 from del_core.models import resolve_model
 
 filter_known_warnings()
@@ -34,19 +32,7 @@ def arithmetic_dataset(n: int) -> Dataset:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2", help="HF directory or hub name; smollm2 = the offline default")
-    parser.add_argument("--loss", default="del", help="mle mixce emo ntl_was ntl_mse dist2 del")
-    parser.add_argument(
-        "--loss-weight",
-        type=loss_weight_arg,
-        default=None,
-        help="lambda, or auto (from the first batch); default: the loss's own",
-    )
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--output-dir", default="runs/trl-sft-example")
-    parser.add_argument("--deepspeed", default=None, help="a DeepSpeed JSON (ds_configs/zero3.json)")
-    args = parser.parse_args()
+    args = example_arguments(__doc__, "runs/trl-sft-example")  # --model --loss --loss-weight --steps ...
 
     source = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(source)
@@ -69,12 +55,11 @@ def main() -> None:
         args=config,
         train_dataset=arithmetic_dataset(4 * args.steps),
         processing_class=tokenizer,
-        loss=args.loss,
-        loss_weight=args.loss_weight,
+        loss=args.loss_spec,  # LossSpec(args.loss, weight=args.loss_weight): a name, a lambda or "auto"
     )
-    loss = trainer.del_loss
-    print(f"[del] loss {loss.name} (lambda {loss.weight}); digits: {loss.vocab.describe()}")
+    print(loss_line(trainer))
     trainer.train()
+    print_auto_weight(trainer)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
-"""The package's dependency rules, checked on the code itself: the losses, the parallel layer and
-the data pipeline import without DeepSpeed; torch.distributed is used only in del_core.parallel;
-DeepSpeed only in del_core.training; entry scripts stay short and functions small."""
+"""The package's dependency rules, checked on the code itself (imports inside functions included):
+the losses, the parallel layer, the data pipeline and the engines package import without
+DeepSpeed; torch.distributed is used only in del_core.parallel; DeepSpeed only in
+del_core/engines/deepspeed.py; the Trainer adapter (del_core.integrations) never imports the
+DeepSpeed trainer (del_core.training); entry scripts stay short and functions small."""
 
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ sys.meta_path.insert(0, Block())
         "del_core.training",
         "del_core.training.plain_loop",
         "del_core.training.schedule",
+        "del_core.engines",
+        "del_core.engines.deepspeed",
         "del_core.experiments.study",
         "del_core.experiments.numeric_bench.protocol",
     ],
@@ -55,21 +59,28 @@ def test_the_blocker_really_blocks():
     assert proc.returncode != 0 and "deepspeed is absent" in proc.stderr
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, root: Path = REPO) -> set[str]:
+    """The modules ``path`` (a file under ``root``) imports, anywhere in it (function bodies too);
+    relative imports as the absolute names they resolve to (``from .x import y`` in
+    del_core/a/b.py: del_core.a.x)."""
+    package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(part for part in (base, node.module) if part)
+            names.add(module)
+            names |= {f"{module}.{alias.name}" for alias in node.names}  # from del_core import training
     return names
 
 
-def _modules_importing(prefix: str) -> list[str]:
+def _modules_importing(prefix: str, under: Path = PACKAGE, root: Path = REPO) -> list[str]:
     return sorted(
-        str(p.relative_to(REPO))
-        for p in PACKAGE.rglob("*.py")
-        if any(name == prefix or name.startswith(prefix + ".") for name in _imports(p))
+        str(p.relative_to(root))
+        for p in under.rglob("*.py")
+        if any(name == prefix or name.startswith(prefix + ".") for name in _imports(p, root))
     )
 
 
@@ -79,9 +90,27 @@ def test_torch_distributed_only_in_the_parallel_layer():
     )
 
 
-def test_deepspeed_only_in_the_training_engine():
-    assert _modules_importing("deepspeed") == ["del_core/training/engine.py"]
+def test_deepspeed_only_in_the_engines_package():
+    assert _modules_importing("deepspeed") == ["del_core/engines/deepspeed.py"]
     assert not any("recipes" in name for p in PACKAGE.rglob("*.py") for name in _imports(p))
+
+
+def test_the_trainer_adapter_never_imports_the_deepspeed_trainer():
+    """del_core.integrations shares the loss set-up (del_core.losses) and the DeepSpeed glue
+    (del_core.engines) with the trainer; it imports nothing of del_core.training."""
+    assert _modules_importing("del_core.training", PACKAGE / "integrations") == []
+
+
+def test_the_import_reader_sees_function_bodies_and_relative_imports(tmp_path):
+    """The checks above would pass on a reader that misses these (the 0.1 adapter imported
+    del_core.training.engine inside a function)."""
+    module = tmp_path / "del_core" / "integrations" / "probe.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(
+        "def f():\n    from del_core.training.engine import gradient_divisor\n\n\nfrom ..training import x\n"
+    )
+    assert _imports(module, tmp_path) >= {"del_core.training.engine", "del_core.training", "del_core.training.x"}
+    assert _modules_importing("del_core.training", module.parent, tmp_path) == ["del_core/integrations/probe.py"]
 
 
 MAX_FUNCTION_LINES = 80

@@ -47,16 +47,21 @@ def test_example_trains_with_the_del_loss(script, tiny_model_dir, tmp_path):
         assert aux > 0 and abs(loss - (ce + aux)) <= 1e-3 * loss, step
 
 
-def test_hf_example_takes_loss_weight_auto(tiny_model_dir, tmp_path):
-    """``--loss-weight auto`` (today: "invalid float value: 'auto'"): lambda = 0.02 x CE / digit term
-    of the first step's batch at the initial weights, the trainer's rule, so that step's logged
-    aux is 0.02 x its CE."""
-    command = [sys.executable, str(EXAMPLES / "hf_trainer.py"), "--model", str(tiny_model_dir), "--steps", "1"]
+@pytest.mark.parametrize("script", ["hf_trainer.py", "trl_sft.py"])
+def test_example_takes_loss_weight_auto(script, tiny_model_dir, tmp_path):
+    """``--loss-weight auto`` (0.1: "invalid float value: 'auto'" in hf_trainer.py, the 1.0
+    placeholder printed as lambda in trl_sft.py): lambda = 0.02 x CE / digit term of the first
+    step's batch at the initial weights, the trainer's rule, so that step's logged aux is 0.02 x
+    its CE; both examples print the measured lambda (their shared argument handling)."""
+    if script == "trl_sft.py":
+        pytest.importorskip("trl")
+    command = [sys.executable, str(EXAMPLES / script), "--model", str(tiny_model_dir), "--steps", "1"]
     command += ["--output-dir", str(tmp_path / "out"), "--loss-weight", "auto"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "[del] loss del (lambda auto, from the first batch)" in proc.stdout
+    assert "(lambda 1.0)" not in proc.stdout
     measured = [ast.literal_eval(line[line.index("{") :]) for line in proc.stdout.splitlines() if "auto_loss" in line]
     assert len(measured) == 1, proc.stdout[-2000:]
     weight, ce, unit = (
@@ -67,3 +72,12 @@ def test_hf_example_takes_loss_weight_auto(tiny_model_dir, tmp_path):
     (step,) = logged_steps(proc.stdout)
     assert float(step["ce"]) == pytest.approx(ce, rel=1e-3)  # the same batch at the same weights
     assert float(step["aux"]) == pytest.approx(0.02 * float(step["ce"]), rel=1e-3)
+
+
+def test_a_bad_loss_setting_is_one_line_before_the_model_loads(tmp_path):
+    command = [sys.executable, str(EXAMPLES / "hf_trainer.py"), "--model", str(tmp_path / "absent")]
+    proc = subprocess.run(
+        command + ["--loss", "mle", "--loss-weight", "auto"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].endswith("error: --loss-weight=auto: loss mle has no weight lambda")

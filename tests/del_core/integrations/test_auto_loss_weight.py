@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from del_core.integrations.loss_setup import AUTO_PLACEHOLDER, is_auto_weight, loss_weight_arg, resolve_loss
+from del_core.integrations.example_cli import loss_weight_arg
+from del_core.integrations.loss_setup import resolve_loss
+from del_core.losses import AUTO_PLACEHOLDER, build_loss
 
 
 def test_auto_builds_a_weighted_loss_whose_lambda_the_first_batch_sets(qwen2_tokenizer):
-    loss = resolve_loss("del", "auto", None, None, qwen2_tokenizer, None)
-    assert loss.name == "del" and loss.weight == AUTO_PLACEHOLDER
-    assert resolve_loss("ntl_was", 0.25, None, None, qwen2_tokenizer, None).weight == 0.25
-    assert [is_auto_weight(weight) for weight in ("auto", None, 0.1)] == [True, False, False]
+    chosen = resolve_loss("del", "auto", None, None, None, qwen2_tokenizer, None)
+    assert chosen.loss.name == "del" and chosen.loss.weight == AUTO_PLACEHOLDER
+    assert resolve_loss("ntl_was", 0.25, None, None, None, qwen2_tokenizer, None).loss.weight == 0.25
+    assert [resolve_loss("del", weight, None, None, None, qwen2_tokenizer, None).spec.is_auto for weight in (
+        "auto", None, 0.1)] == [True, False, False]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -24,7 +27,15 @@ def test_auto_builds_a_weighted_loss_whose_lambda_the_first_batch_sets(qwen2_tok
 )
 def test_what_auto_cannot_mean_is_refused(loss, weight, message, qwen2_tokenizer):
     with pytest.raises(ValueError, match=message):
-        resolve_loss(loss, weight, None, None, qwen2_tokenizer, None)
+        resolve_loss(loss, weight, None, None, None, qwen2_tokenizer, None)
+
+
+def test_a_built_loss_carries_its_own_settings(qwen2_tokenizer):
+    built = build_loss("mle", None)
+    chosen = resolve_loss(built, None, None, None, None, qwen2_tokenizer, None)
+    assert chosen.loss is built and chosen.spec is None
+    with pytest.raises(TypeError, match="loss is a built NumericLoss: pass loss_weight"):
+        resolve_loss(built, None, None, 0.1, None, qwen2_tokenizer, None)
 
 
 def test_the_command_line_value():

@@ -296,7 +296,7 @@ def sequence_parallel_gaps(spec: dict, references: dict, runs: list[dict]) -> di
 
 
 # The gradient norms (about 2.2) agree to fp32 round-off; DeepSpeed's gradient averaging under SP
-# differs per ZeRO stage (del_core.training.engine.gradient_divisor): a wrong factor
+# differs per ZeRO stage (del_core.engines.deepspeed.gradient_divisor): a wrong factor
 # would show here as a norm off by sp, which Adam and clipping would hide in the weights.
 NORM_TOL = 1e-4
 
@@ -415,11 +415,10 @@ def test_loss_path_settings_are_checked():
     assert "chunk_size=0" in loss_path_problems("chunked", 0)[0]
 
 
-def test_the_old_loss_path_spelling_warns_and_means_chunked(tiny_model, tokenizer, spec, tmp_path):
-    """``loss_path="hidden"`` is ``"chunked"`` for one release, with a FutureWarning naming it."""
-    with pytest.warns(FutureWarning, match="loss_path='chunked'"):
-        trainer = one_batch_trainer(tiny_model, tokenizer, spec["rows"][:4], tmp_path, "del", "hidden")
-    assert trainer.del_loss_path == "chunked"
+def test_the_0_1_loss_path_spelling_is_refused_naming_the_paths(tiny_model, tokenizer, spec, tmp_path):
+    """Release 0.2 removed ``loss_path="hidden"`` (migration: ``"chunked"``)."""
+    with pytest.raises(UnsupportedSetupError, match="loss_path='hidden': choose 'logits' .* or 'chunked'"):
+        one_batch_trainer(tiny_model, tokenizer, spec["rows"][:4], tmp_path, "del", "hidden")
 
 
 def test_compute_loss_outside_the_training_loop_is_refused(tiny_model, tokenizer, spec, tmp_path):

@@ -1,5 +1,6 @@
 """The one logits-or-chunked branch (``loss_on_path``) and the path's one name."""
 
+import dataclasses
 import warnings
 
 import pytest
@@ -18,9 +19,11 @@ def test_the_paths_have_one_name_each():
         loss_path_name("dense", "loss.path")
 
 
-def test_the_old_spelling_warns_and_names_the_new_one():
-    with pytest.warns(FutureWarning, match="loss_path='hidden' is deprecated .* use loss_path='chunked'"):
-        assert loss_path_name("hidden") == "chunked"
+def test_the_0_1_spelling_is_refused_naming_the_paths():
+    """Release 0.2 removed ``loss_path="hidden"`` (migration: ``"chunked"``)."""
+    with pytest.raises(ValueError, match="loss_path='hidden': choose 'logits' .* or 'chunked'"):
+        loss_path_name("hidden")
+    assert [field.name for field in dataclasses.fields(LossCalls)] == list(LOSS_PATHS)  # one name per path
 
 
 def test_logits_path_is_the_loss_call():

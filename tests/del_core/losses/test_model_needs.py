@@ -1,10 +1,12 @@
 """The loss hook: what a loss needs from the model and tokenizer (``LossNeeds``) is declared by its
 class and supplied by ``build_loss_for_model``; tensor-parallel shards through ``for_vocab_slice``."""
 
+import contextlib
+
 import pytest
 import torch
 
-from del_core.losses import LOSS_NAMES, build_loss, build_loss_for_model, loss_class, loss_needs
+from del_core.losses import LOSS_NAMES, build_loss, build_loss_for_model, head_weight_copy, loss_class, loss_needs
 from del_core.losses.statistics import VocabSlice
 from helpers.toy_vocab import VOCAB, H, V, make_batch
 
@@ -142,19 +144,44 @@ def test_losses_without_per_token_rows_are_their_own_shard(name):
     assert loss_fn.for_vocab_slice(VocabSlice(0, 20, V)) is loss_fn
 
 
-def test_the_old_needs_vocab_spelling_warns_and_still_declares_the_need():
+def test_the_0_1_needs_vocab_spelling_is_gone():
+    """Release 0.2 removed ``needs_vocab`` (declare ``needs = LossNeeds(vocab=True)``, read ``needs.vocab``)."""
     from del_core.losses import NumericLoss
 
-    with pytest.warns(FutureWarning, match="needs_vocab is deprecated .* needs = LossNeeds"):
+    assert not hasattr(NumericLoss, "needs_vocab") and not hasattr(build_loss("del", VOCAB), "needs_vocab")
 
-        class OldStyle(NumericLoss):
-            name = "old_style"
-            needs_vocab = True
 
-    assert OldStyle.needs.vocab and OldStyle.needs.head_weight_as is None
-    with pytest.raises(ValueError, match="loss 'old_style' needs a DigitVocab"):
-        OldStyle(None)
-    with pytest.warns(FutureWarning, match="read needs.vocab"):
-        assert OldStyle(VOCAB).needs_vocab is True
-    with pytest.warns(FutureWarning, match="read needs.vocab"):
-        assert build_loss("mle", VOCAB).needs_vocab is False
+class _Head(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=False, dtype=weight.dtype)
+        self.head.weight.data.copy_(weight)
+
+    def get_output_embeddings(self) -> torch.nn.Module:
+        return self.head
+
+
+def test_head_weight_copy_is_a_detached_copy_made_inside_the_gathering():
+    """The one LM-head copy of both trainers: the values (bit-equal), not the parameter; made
+    inside ``gathered`` (the DeepSpeed trainer's ZeRO-3 gathering), where a partitioned weight holds them."""
+    weight = head().weight.detach()
+    model = _Head(weight)
+    entered = []
+
+    @contextlib.contextmanager
+    def gathered(params):
+        entered.append(params[0] is model.head.weight)
+        yield
+
+    copy = head_weight_copy(model, torch.device("cpu"), gathered)
+    assert entered == [True] and torch.equal(copy, weight) and copy.dtype == torch.float64
+    assert not copy.requires_grad and copy.data_ptr() != model.head.weight.data_ptr()
+    model.head.weight.data.zero_()  # the copy outlives the parameter's values (ZeRO-3 frees them)
+    assert torch.equal(copy, weight)
+
+
+def test_a_partitioned_head_weight_is_refused_naming_the_loss():
+    model = _Head(head().weight.detach())
+    model.head.weight.data = torch.empty(0, dtype=torch.float64)  # what ZeRO-3 leaves outside a forward
+    with pytest.raises(ValueError, match="loss 'emo' needs the LM-head weight as cost_embedding: .* partitioned"):
+        build_loss_for_model("emo", VOCAB, head_weight=lambda: head_weight_copy(model))

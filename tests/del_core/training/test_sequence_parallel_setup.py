@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from del_core.config import ConfigError
+from del_core.engines.deepspeed import gradient_divisor
 from del_core.models.sequence_attention import (
     PACKED_SDPA,
     block_causal_mask,
@@ -17,7 +18,6 @@ from del_core.models.sequence_attention import (
 from del_core.parallel import ParallelDims, ParallelLayoutError, check_sequence_head_counts
 from del_core.parallel.rendezvous import free_port
 from del_core.training.config import DataConfig, ModelConfig, ParallelConfig, TrainConfig
-from del_core.training.engine import gradient_divisor
 from helpers.tiny_models import tiny_causal_lm
 
 

@@ -1,12 +1,19 @@
-"""Everything of a run that talks to DeepSpeed: the process group, the engine, ZeRO-3 parameter
-gathering, AutoTP's groups, Ulysses sequence parallelism and the consolidated export. The only
-DeepSpeed importer of del_core."""
+"""Everything that talks to DeepSpeed: the process group, the engine, ZeRO-3 parameter gathering and
+external parameters, the gradient divisor, AutoTP's groups, Ulysses sequence parallelism and the
+consolidated export. The only DeepSpeed importer of del_core; DeepSpeed itself is imported inside
+the functions, so importing this module does not import it.
+
+The DeepSpeed trainer (:mod:`del_core.training.trainer`) and the Trainer adapter
+(:mod:`del_core.integrations`) both use it. ``objective`` below is the module a trainer hands to the
+engine: a causal LM ``lm`` followed by its loss, reading the loss's path from ``loss_path`` and the
+LM-head weight from ``head_weight()`` (:class:`del_core.training.objective.CausalLMObjective`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Optional, Union
 
 import torch
@@ -14,9 +21,9 @@ import torch
 from del_core.config import ConfigError
 from del_core.losses.statistics import VocabSlice
 from del_core.parallel import DistributedReducer, ParallelDims, free_port
-from del_core.training.config import TrainConfig
-from del_core.training.objective import CausalLMObjective
-from del_core.training.schedule import lr_scheduler
+
+# Builds the learning-rate scheduler of the optimizer the engine made (DeepSpeed's or the given one).
+SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 
 
 def init_distributed(on_gpu: bool) -> None:
@@ -56,7 +63,7 @@ def gathered(params: list[torch.nn.Parameter], enabled: bool) -> Iterator[None]:
         yield
 
 
-def register_lm_head_weight(objective: CausalLMObjective) -> None:
+def register_lm_head_weight(objective: torch.nn.Module) -> None:
     """The chunked loss reads the LM-head weight outside the head's own forward: ZeRO-3 must gather
     it around the objective's forward and backward."""
     register_external_weight(objective, objective.head_weight())
@@ -71,59 +78,24 @@ def register_external_weight(module: torch.nn.Module, weight: torch.nn.Parameter
     deepspeed.zero.register_external_parameter(module, weight)
 
 
-def parameter_groups(objective: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """Trainable parameters: matrices with ``weight_decay``, vectors (norms, biases) without."""
-    params = [p for p in objective.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    return [g for g in groups if g["params"]]
-
-
-# The devices torch has a fused AdamW kernel for (torch >= 2.4): transformers.Trainer's default
-# optimizer ("adamw_torch_fused") uses it.
-FUSED_ADAMW_DEVICES = ("cpu", "cuda")
-
-
-def torch_adamw(groups: list[dict], lr: float, betas: tuple[float, float], eps: float) -> torch.optim.AdamW:
-    """torch's AdamW over ``groups``, fused (one pass over each tensor, no full-size temporaries)
-    when every parameter lies on a device with the fused kernel, else torch's default for-loop.
-
-    On CPU the fused step of a 135M-parameter model takes about a fifth of the for-loop's time and
-    none of its temporaries (the for-loop holds two fp32 copies of the largest group at its peak).
-    The update is AdamW either way; the kernels may round differently in the last bit.
-    """
-    devices = {p.device.type for group in groups for p in group["params"]}
-    fused = bool(devices) and devices <= set(FUSED_ADAMW_DEVICES)
-    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
-
-
 def initialize(
-    objective: CausalLMObjective,
-    config: TrainConfig,
+    objective: torch.nn.Module,
     ds_config: dict,
-    total_steps: int,
-    use_ds_optimizer: bool,
+    parameter_groups: list[dict],
+    optimizer: Optional[torch.optim.Optimizer],
+    make_scheduler: SchedulerFactory,
     mpu: Any = None,
 ) -> tuple[Any, Any]:
-    """(engine, LR scheduler): DeepSpeed's AdamW when ``use_ds_optimizer``, torch AdamW
-    (:func:`torch_adamw`) otherwise, and the warm-up cosine schedule of
-    :mod:`del_core.training.schedule`; ``mpu``: the Ulysses groups of
+    """(engine, LR scheduler) of ``objective`` under ``ds_config``: ``optimizer`` over
+    ``parameter_groups``, or DeepSpeed's own (its config's) when it is None; ``make_scheduler``
+    builds the schedule on the optimizer the engine uses; ``mpu``: the Ulysses groups of
     :func:`register_sequence_parallel` (None without sequence parallelism)."""
     import deepspeed
-
-    opt = config.optimizer
-    groups = parameter_groups(objective, opt.weight_decay)
-    optimizer = None if use_ds_optimizer else torch_adamw(groups, opt.lr, tuple(opt.betas), opt.eps)
-
-    def make_scheduler(built: torch.optim.Optimizer):
-        return lr_scheduler(built, total_steps, opt.warmup_ratio, opt.min_lr_ratio)
 
     engine, _, _, scheduler = deepspeed.initialize(
         model=objective,
         optimizer=optimizer,
-        model_parameters=groups,
+        model_parameters=parameter_groups,
         lr_scheduler=make_scheduler,
         config=ds_config,
         mpu=mpu,
@@ -132,7 +104,7 @@ def initialize(
     return engine, scheduler
 
 
-def register_tensor_parallel_head_weight(engine: Any, objective: CausalLMObjective) -> None:
+def register_tensor_parallel_head_weight(engine: Any, objective: torch.nn.Module) -> None:
     """Under AutoTP with ZeRO-3 the chunked loss reads the vocab-parallel head's weight, a parameter
     AutoTP created inside ``deepspeed.initialize`` (the head registered before it is gone) and
     ZeRO-3 partitions over data parallel: registered as the objective's external parameter, it is
@@ -199,7 +171,7 @@ def tensor_parallel_dims(dims: ParallelDims) -> ParallelDims:
     )
 
 
-def vocab_slice_of_head(objective: CausalLMObjective, dims: ParallelDims) -> VocabSlice:
+def vocab_slice_of_head(objective: torch.nn.Module, dims: ParallelDims) -> VocabSlice:
     """This rank's LM-head columns after AutoTP made the head vocab-parallel, with a reducer that
     all-reduces the loss's digit-restricted partial sums over the tensor-parallel group."""
     head = objective.lm.get_output_embeddings()
