@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,13 +35,19 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
     reason = cannot_run_reason()
     if reason:
         pytest.skip(reason)
+    # The set-up runs in a test marked launches; the session's teardown runs in the last test's,
+    # which may be unmarked (tests/conftest.py then refuses process starts): it stops the cluster
+    # with the process start of the set-up.
+    execute_child = subprocess.Popen._execute_child
     cluster = SlurmCluster(ClusterLayout())
     with _sigterm_interrupts():
         cluster.start()
         try:
             yield cluster
         finally:
-            cluster.stop()
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(subprocess.Popen, "_execute_child", execute_child)
+                cluster.stop()
 
 
 @pytest.fixture(scope="module")
