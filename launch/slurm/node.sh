@@ -5,8 +5,13 @@
 #   node.sh [--print] key=value ...     (--print: write the command and exit)
 #
 # Reads SLURM_NODEID, NNODES, MASTER_ADDR, MASTER_PORT, GPUS_PER_NODE (0 = CPU with
-# CPU_PROCS_PER_NODE processes, gloo), DEL_REPO, LOG_DIR, PYTHON. Forwards USR1/TERM to the
-# training processes, which then checkpoint and stop.
+# CPU_PROCS_PER_NODE processes, gloo), DEL_REPO, LOG_DIR, PYTHON.
+#
+# Stopping: Slurm delivers a job step's signals to every process of the step (scancel --signal,
+# srun's forwarding, the SIGTERM of a requeue, a preemption or a cancel), this script, tee and
+# torchrun included. Only the training processes act on USR1/TERM (finish the step, checkpoint,
+# stop); tee and torchrun start with both ignored, so the logs survive and torchrun does not kill
+# the training processes meanwhile. This script forwards what it gets to them as USR1 as well.
 set -euo pipefail
 
 PRINT=0
@@ -27,9 +32,11 @@ else
     NPROC="$GPUS_PER_NODE"
 fi
 
+# --signals-to-handle leaves SIGTERM out: torchrun's handler would stop the training processes
+# 30 s after a TERM, whether their checkpoint is written or not (see "Stopping" above).
 CMD=("$PYTHON" -m torch.distributed.run
      --nnodes "$NNODES" --node_rank "$NODE_RANK" --nproc_per_node "$NPROC"
-     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT"
+     --master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" --signals-to-handle "SIGINT,SIGHUP,SIGQUIT"
      "$REPO/recipes/train.py" "$@")
 if [[ "$PRINT" == 1 ]]; then
     printf '%q ' "${CMD[@]}"
@@ -38,6 +45,9 @@ if [[ "$PRINT" == 1 ]]; then
 fi
 
 mkdir -p "$LOG_DIR"
+# An ignored signal stays ignored in the children: tee, torchrun and, until the trainer has
+# installed its handlers, the training processes.
+trap '' USR1 TERM
 exec > >(tee -a "$LOG_DIR/node${NODE_RANK}.log") 2>&1
 echo "[node $NODE_RANK] $(hostname): ${CMD[*]}"
 
