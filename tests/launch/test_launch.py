@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from del_core.parallel.rendezvous import free_port
 from helpers.shared import real_tokenizer
 from helpers.training import REPO, make_tiny_qwen2, records
 
