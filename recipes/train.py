@@ -17,7 +17,7 @@ from del_core.config import ConfigError, split_command_line
 from del_core.console import filter_known_warnings
 from del_core.data import DataError
 from del_core.models import ModelSourceError
-from del_core.parallel import ParallelLayoutError, destroy
+from del_core.parallel import ParallelLayoutError, destroy, exit_process
 from del_core.training import load_train_config, run
 
 filter_known_warnings()
@@ -39,4 +39,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    exit_process(main(sys.argv[1:]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing.process
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,16 @@ def pytest_runtest_protocol(item, nextitem):
         for process_module in _PROCESS_MODULES:
             patch.setattr(process_module.BaseProcess, "start", _refuse_to_start)
         yield
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k have deselected
+def pytest_collection_modifyitems(session, config, items):
+    """The container tests run last, and the build of their image starts now in the background
+    (helpers.container.start_background_build): the suite's other tests overlap it."""
+    container = [item for item in items if item.get_closest_marker("container") is not None]
+    if not container or config.option.collectonly:
+        return
+    items[:] = [item for item in items if item.get_closest_marker("container") is None] + container
+    from helpers.container import start_background_build
+
+    start_background_build(Path(tempfile.mkdtemp(prefix="del-image-build-")) / "build.log")

@@ -98,7 +98,7 @@ def test_the_export_reloads_on_the_host_with_the_held_out_ce_measured_in_the_con
     from transformers import AutoModelForCausalLM
 
     from del_core.data import collate
-    from del_core.evaluation.teacher_forced import summarise, teacher_forced_sums
+    from del_core.evaluation.heldout.teacher_forced import summarise, teacher_forced_sums
     from del_core.tokenizers import load_tokenizer
     from del_core.training import load_train_config
     from del_core.training.records import read_metrics
@@ -135,11 +135,14 @@ def _copy_for_the_container(target: Path) -> None:
     os.chown(target, HOST_UID, HOST_GID)
 
 
-SANDBOX_TESTS = [f"tests/del_core/evaluation/{name}.py" for name in ("test_sandbox_attacks", "test_evaluation_sandbox")]
+SANDBOX_TESTS = [
+    f"tests/del_core/evaluation/sandbox/{name}.py" for name in ("test_sandbox_attacks", "test_evaluation_sandbox")
+]
 ATTACKS = ("a_private", "b_outliving", "c_multiprocessing", "d_sub", "e_hook", "f_dir_fd", "g_reading", "h_killing")
 
 
 def test_the_sandbox_attack_tests_hold_inside_with_the_documented_options(image, folders):
+    assert all((REPO / path).is_file() for path in SANDBOX_TESTS), f"moved? {SANDBOX_TESTS}"
     _copy_for_the_container(folders.runs / "sandbox-check")
     command = ["env", "PYTHONPATH=/runs/sandbox-check/pylib:/opt/del", "python", "-m", "pytest", "-v", "-rs"]
     command += ["-p", "no:cacheprovider", *(f"/runs/sandbox-check/{path}" for path in SANDBOX_TESTS)]

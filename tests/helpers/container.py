@@ -62,9 +62,27 @@ class BuiltImage:
     seconds: float
 
 
+# The build started by start_background_build (at most one per session).
+_background: subprocess.Popen | None = None
+
+
+def start_background_build(log: Path) -> None:
+    """Start docker/build_image.py now, niced, its output to ``log``, so that a session whose
+    container tests run last has its image built (~3 min cold: downloads and unpacking) while the
+    other tests run. build_image() waits for it; when it failed, build_image()'s own run reports."""
+    global _background
+    if _background is None and podman_unavailable() is None:
+        with open(log, "w") as output:
+            command = ["nice", "-n", "10", sys.executable, str(BUILD_SCRIPT)]
+            _background = subprocess.Popen(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
+
+
 def build_image(timeout: float = 1200) -> BuiltImage:
-    """Run docker/build_image.py (a cache hit when nothing changed); raises with its output on failure."""
+    """Run docker/build_image.py (a cache hit when nothing changed, e.g. after the background build);
+    raises with its output on failure."""
     started = time.monotonic()
+    if _background is not None:
+        _background.wait(timeout=timeout)
     done = subprocess.run(
         [sys.executable, str(BUILD_SCRIPT)], cwd=REPO, capture_output=True, text=True, timeout=timeout
     )

@@ -147,11 +147,16 @@ def _run(*command: str, check: bool = True, env: Optional[dict] = None) -> subpr
     return proc
 
 
+# Seconds between Slurm's SIGTERM and SIGKILL to a job step's processes (Slurm's default is 30):
+# room for a checkpoint after a stop request, and the bound on a job whose node was lost.
+KILL_WAIT_S = 60
+
+
 def slurm_conf(layout: ClusterLayout, controller_host: str) -> str:
     """The minimal ``slurm.conf``: no accounting, ``proctrack/linuxproc``, ``task/none``,
     ``select/cons_tres``; nodes of 64 CPUs and 8 fake GPUs (``config_overrides``: the node need
     not have them)."""
-    work = layout.work_dir
+    work, kill_wait = layout.work_dir, KILL_WAIT_S
     nodes = "\n".join(
         f"NodeName={name} NodeAddr={layout.node_address(i)} CPUs=64 Boards=1 SocketsPerBoard=1 CoresPerSocket=64 "
         "ThreadsPerCore=1 RealMemory=1000 Gres=gpu:8 State=UNKNOWN"
@@ -186,7 +191,7 @@ MpiDefault=none
 MailProg=/bin/true
 ReturnToService=2
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
-KillWait=60
+KillWait={kill_wait}
 MinJobAge=600
 InactiveLimit=0
 {nodes}

@@ -26,6 +26,7 @@ import pytest
 from helpers.shared import real_tokenizer
 from helpers.slurm_cluster import (
     FINAL_STATES,
+    KILL_WAIT_S,
     ClusterLayout,
     JobInfo,
     SlurmCluster,
@@ -258,9 +259,10 @@ def test_an_administrators_requeue_checkpoints_and_resumes(slurm_cluster, tiny_m
 def test_a_lost_node_fails_the_job_in_bounded_time_and_a_resubmission_resumes(
     slurm_cluster, tiny_model, work, two_by_one
 ):
-    """Node 2's training processes are killed (SIGKILL) after step 2: the job ends within a
-    minute, the run says "failed"; the same job submitted again resumes from the newest complete
-    checkpoint, and every step is recorded once with the uninterrupted run's losses."""
+    """Node 2's training processes are killed (SIGKILL) after step 2: the job ends within the
+    cluster's KillWait (and a margin), the run says "failed"; the same job submitted again resumes
+    from the newest complete checkpoint, and every step is recorded once with the uninterrupted
+    run's losses."""
     job = submit(slurm_cluster, tiny_model, work, "lost-node", **{"run.save_every": 1})
     wait_for_step(slurm_cluster, job, 2)
     killed = slurm_cluster.signal_node_processes(1, str(REPO / "recipes" / "train.py"), signal.SIGKILL)
@@ -269,7 +271,9 @@ def test_a_lost_node_fails_the_job_in_bounded_time_and_a_resubmission_resumes(
     info = slurm_cluster.wait(job.job_id, ("FAILED",), 120)
     ended_s = time.monotonic() - lost
     print(f"[phases] job {job.job_id}: node lost->job FAILED {ended_s:.1f} s")
-    assert ended_s < 60, f"the job took {ended_s:.0f} s to end after its node was lost"
+    # Usually seconds (the survivors' connections close); a survivor that does not end on srun's
+    # SIGTERM is killed by Slurm KillWait s later (CI measured 60.4 s once): the bound Slurm keeps.
+    assert ended_s < KILL_WAIT_S + 30, f"the job took {ended_s:.0f} s to end after its node was lost"
     status = run_status(job.output_dir)
     assert status["status"] == "failed" and status["step"] >= 2, f"{status} {info}\n{job.describe()}"
     complete = sorted(p.parent.name for p in (job.output_dir / "checkpoints").glob("step_*/COMPLETE.json"))
