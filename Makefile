@@ -28,7 +28,7 @@ lint: install
 	$(BIN)/hadolint --config .hadolint.yaml docker/Dockerfile
 
 test: install
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=30 tests
 
 # The unit tier for the edit-test loop: no process launches, nothing over ~2 s (markers in pyproject.toml).
 .PHONY: test-fast
