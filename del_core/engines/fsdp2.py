@@ -75,11 +75,45 @@ def shard(objective: torch.nn.Module, settings: FSDP2Settings, device: torch.dev
     options = {
         "mesh": mesh,
         "mp_policy": precision,
-        "offload_policy": CPUOffloadPolicy() if settings.offload else OffloadPolicy(),
+        # Page-locked host memory (fast copies to the GPU) needs a GPU to exist.
+        "offload_policy": CPUOffloadPolicy(pin_memory=device.type == "cuda") if settings.offload else OffloadPolicy(),
     }
     for layer in decoder_layers(objective.lm):
         fully_shard(layer, **options)
     fully_shard(objective, **options)
+    # FSDP2 makes the first unit whose forward runs the root. Held-out evaluation calls
+    # objective.lm before the first training step: the decoder layers would claim to be roots
+    # and the objective's first forward then fails. Settle the root now (no public call does).
+    objective._get_fsdp_state()._lazy_init()
+
+
+@dataclass(frozen=True)
+class ShardBytes:
+    """This rank's bytes of parameters, gradients and optimizer state (local shards only)."""
+
+    params: int
+    grads: int
+    optimizer: int
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer
+
+
+def _local_bytes(tensor: torch.Tensor) -> int:
+    local = tensor.to_local() if hasattr(tensor, "to_local") else tensor
+    return local.numel() * local.element_size()
+
+
+def shard_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> ShardBytes:
+    """What ``module``'s parameters and gradients and ``optimizer``'s state hold on this rank."""
+    params = list(module.parameters())
+    state = [v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return ShardBytes(
+        sum(_local_bytes(p) for p in params),
+        sum(_local_bytes(p.grad) for p in params if p.grad is not None),
+        sum(_local_bytes(v) for v in state),
+    )
 
 
 class FSDP2Engine:
@@ -95,6 +129,7 @@ class FSDP2Engine:
         self.settings = settings
         self.micro_step = 0  # micro-batches of the current optimizer step done
         self._grad_norm: Optional[torch.Tensor] = None
+        self.first_step_bytes: Optional[ShardBytes] = None  # measured after the first optimizer step
 
     def __call__(self, **inputs: Any) -> Any:
         return self.module(**inputs)
@@ -121,6 +156,8 @@ class FSDP2Engine:
         norm = torch.nn.utils.clip_grad_norm_(params, bound)
         self._grad_norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self.optimizer.step()
+        if self.first_step_bytes is None:  # gradients and optimizer state both exist only here
+            self.first_step_bytes = shard_bytes(self.module, self.optimizer)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
 
