@@ -150,7 +150,10 @@ class Trainer:
         """The process group, where this rank computes, OUTPUT_DIR claimed (rank 0 locks it before
         anything is written into it), the stop signals and the DeepSpeed config (not with FSDP2)."""
         on_gpu = torch.cuda.is_available()
-        init_process_group(on_gpu) if self._fsdp2 else ds.init_distributed(on_gpu)
+        if self._fsdp2:
+            init_process_group(on_gpu)
+        else:
+            ds.init_distributed(on_gpu)
         self.runtime = Runtime.detect(self.config)  # after init: each rank's CUDA device is set
         self.dims = ParallelDims.from_world(self.config.parallel.tp, self.config.parallel.sp)
         self.folder = RunFolder(self.output_dir, self.dims, self.log)
@@ -197,7 +200,8 @@ class Trainer:
         model, self.peft_model, self.dims = built.model, built.peft_model, built.dims
         self._partitioning, self._sequence_groups = built.partitioning, built.sequence_groups
         self.output_vocab_size = output_vocab_size(model)
-        gathered = functools.partial(ds.gathered, enabled=self._zero3)
+        # Only ZeRO-3 partitions the weight before the engine exists (FSDP2 shards it later).
+        gathered = functools.partial(ds.gathered, enabled=True) if self._zero3 else None
         loss_fn = loss_cfg.build(self.vocab, functools.partial(head_weight_copy, model, self.runtime.device, gathered))
         compilation = None
         if loss_cfg.compile:
