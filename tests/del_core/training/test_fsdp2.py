@@ -16,12 +16,13 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 
 from del_core.config import ConfigError
 from del_core.training import load_train_config
 from del_core.training.run_folder.identity import run_identity
 from helpers.shared import real_tokenizer
-from helpers.training import LazyRuns, assert_same_run, make_tiny_qwen2, records, tiny_run
+from helpers.training import LazyRuns, assert_same_run, exported_weights, make_tiny_qwen2, records, tiny_run
 
 # fp32 round-off between reduction orders and shardings, which Adam's first steps (m / sqrt(v):
 # about the sign for tiny gradients) carry into the weights: step 3's gradient norm of 2 ranks
@@ -87,7 +88,14 @@ def test_chunked_loss_reads_the_whole_head_inside_the_root_unit(runs):
             "model.gradient_checkpointing": "true",
         },
     )
-    assert_same_run(chunked, runs("one", 1), RTOL, grad_norm=True)
+    one = runs("one", 1)
+    _close_losses(chunked, one, [1, 2, 3])
+    # Across loss paths one weight in ~2,000 of the exported matrices differed by 6e-6 (Adam's
+    # m / sqrt(v) of a near-zero gradient); a wrong head moves the weights by about lr = 1e-3.
+    a, b = exported_weights(chunked), exported_weights(one)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=2e-5, msg=lambda m, key=key: f"{key}: {m}")
     evals = records(chunked, "eval")
     assert [r["label"] for r in evals] == ["before", "after"] and all(math.isfinite(r["ce"]) for r in evals)
     assert evals[1]["ce"] < evals[0]["ce"]
