@@ -20,7 +20,7 @@ import torch
 
 from del_core.config import ConfigError
 from del_core.losses.statistics import VocabSlice
-from del_core.parallel import DistributedReducer, ParallelDims, free_port
+from del_core.parallel import DistributedReducer, ParallelDims, single_process_environment
 
 # Builds the learning-rate scheduler of the optimizer the engine made (DeepSpeed's or the given one).
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
@@ -30,10 +30,7 @@ def init_distributed(on_gpu: bool) -> None:
     """DeepSpeed's process group: nccl on GPU, gloo on CPU. Without a launcher, one process."""
     if not on_gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    if "RANK" not in os.environ:
-        os.environ.update(
-            RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port())
-        )
+    single_process_environment()
     import deepspeed
 
     if on_gpu:

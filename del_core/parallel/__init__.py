@@ -25,7 +25,7 @@ from .dims import (
     sum_over,
 )
 from .lm_head import VocabParallelLMHead, vocab_slice_for
-from .rendezvous import free_port
+from .rendezvous import free_port, init_process_group, single_process_environment
 
 __all__ = [
     "CollectiveCounter",
@@ -37,12 +37,14 @@ __all__ = [
     "check_head_counts",
     "check_sequence_head_counts",
     "sequence_head_problem",
+    "single_process_environment",
     "copy_to_tensor_parallel_region",
     "count_collectives",
     "destroy",
     "exit_process",
     "free_port",
     "gather_vocab_shards",
+    "init_process_group",
     "local_main_first",
     "max_over",
     "sum_named",

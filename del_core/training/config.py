@@ -24,6 +24,7 @@ from del_core.losses import LOSS_PATHS, KeySpelling, LossSpec, LossSpecError
 from del_core.models.sources import ModelSourceError, check_model_source
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
+ENGINES = ("deepspeed", "fsdp2")  # parallel.engine: the default first
 
 
 def _check_choice(section: str, name: str, value: Any, choices: Sequence[Any]) -> None:
@@ -127,10 +128,16 @@ class ParallelConfig:
     # sequence; data parallel = world / sp. Not with tp > 1.
     sp: int = 1
     zero_stage: int = 3
-    offload: bool = False  # ZeRO-3 with optimizer and parameters in CPU memory (ds_configs/zero3_offload.json)
+    # ZeRO-3 with optimizer and parameters in CPU memory (ds_configs/zero3_offload.json); under
+    # engine=fsdp2 FSDP2's CPUOffloadPolicy (parameters, gradients and optimizer state on the CPU)
+    offload: bool = False
     ds_config: Optional[str] = None  # explicit DeepSpeed JSON; overrides zero_stage/offload
+    # deepspeed (ZeRO-2/3, AutoTP, Ulysses) or fsdp2 (torch's fully_shard per decoder layer and the
+    # root; checkpoints through torch.distributed.checkpoint, resumable at another world size)
+    engine: str = "deepspeed"
 
     def __post_init__(self) -> None:
+        _check_choice("parallel", "engine", self.engine, ENGINES)
         _check_choice("parallel", "zero_stage", self.zero_stage, (2, 3))
         _check_at_least("parallel", {"tp": self.tp, "sp": self.sp}, 1)
         if self.sp > 1 and self.tp > 1:
@@ -142,6 +149,21 @@ class ParallelConfig:
             raise ConfigError("parallel.offload needs parallel.zero_stage=3")
         if self.ds_config is not None and not Path(self.ds_config).is_file():
             raise ConfigError(f"parallel.ds_config: {self.ds_config} does not exist")
+        if self.engine == "fsdp2":
+            self._check_fsdp2()
+
+    def _check_fsdp2(self) -> None:
+        """What FSDP2 does not combine with yet, refused by key before anything loads."""
+        unsupported = {
+            "parallel.tp": (self.tp > 1, "tensor parallelism is DeepSpeed's AutoTP"),
+            "parallel.sp": (self.sp > 1, "sequence parallelism is DeepSpeed's Ulysses"),
+            "parallel.ds_config": (self.ds_config is not None, "a DeepSpeed config has no meaning for FSDP2"),
+            "parallel.zero_stage": (self.zero_stage != 3, "FSDP2 shards parameters, gradients and optimizer state"),
+        }
+        for key, (refused, why) in unsupported.items():
+            if refused:
+                value = getattr(self, key.split(".")[1])
+                raise ConfigError(f"{key}={value} is not supported with parallel.engine=fsdp2 ({why})")
 
 
 @dataclass
@@ -252,6 +274,17 @@ class TrainConfig:
             # adapters' layers, so the adapters would not be sharded consistently with their base.
             raise ConfigError("lora.enabled=true with parallel.tp > 1 is not supported; use parallel.tp=1 (ZeRO-2/3)")
         self._check_sequence_parallel()
+        if self.parallel.engine == "fsdp2":
+            self._check_fsdp2()
+
+    def _check_fsdp2(self) -> None:
+        """The keys outside ``parallel`` that FSDP2 does not combine with yet."""
+        if self.lora.enabled:
+            raise ConfigError("lora.enabled=true is not supported with parallel.engine=fsdp2 (use deepspeed)")
+        if self.optimizer.name == "deepspeed":
+            raise ConfigError(
+                "optimizer.name=deepspeed is not supported with parallel.engine=fsdp2 (use torch or auto)"
+            )
 
     def _check_sequence_parallel(self) -> None:
         sp = self.parallel.sp

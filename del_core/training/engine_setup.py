@@ -1,29 +1,41 @@
-"""The engine of a run: DeepSpeed initialised on the objective (the optimizer, the learning-rate
-schedule, the Ulysses groups), AutoTP's vocab-parallel LM head handed to the loss, and this run's
-optimizer settings put back after a resume that overrides them."""
+"""The engine of a run: DeepSpeed (or FSDP2, ``parallel.engine=fsdp2``) initialised on the
+objective (the optimizer, the learning-rate schedule, the Ulysses groups), AutoTP's vocab-parallel
+LM head handed to the loss, and this run's optimizer settings put back after a resume that
+overrides them."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
+from del_core.engines import Engine, fsdp2
 from del_core.engines import deepspeed as ds
 from del_core.parallel import ParallelDims
 from del_core.training.config import OptimizerConfig, TrainConfig
 from del_core.training.objective import CausalLMObjective
-from del_core.training.optimizer import initialize_engine
+from del_core.training.optimizer import initialize_engine, initialize_fsdp2_engine
 from del_core.training.runtime import Runtime
 from del_core.training.schedule import warmup_cosine
+
+# The full weights on rank 0 (None elsewhere), given "is this rank 0?". Collective.
+FullState = Callable[[bool], Optional[dict]]
 
 
 @dataclass(frozen=True)
 class TrainingEngine:
-    """DeepSpeed's engine around the objective, its LR scheduler, and the layout it made."""
+    """The engine around the objective, its LR scheduler, the layout it made, and the two things
+    that differ between engines beyond :class:`del_core.engines.Engine`: how the full weights are
+    gathered for the export, and the context in which evaluation may call ``objective.lm``."""
 
-    engine: Any
+    engine: Engine
     scheduler: Any  # torch LambdaLR over the engine's optimizer
     dims: ParallelDims  # with AutoTP's data- and tensor-parallel groups under parallel.tp > 1
+    full_state: FullState
+    evaluating: Callable[[], AbstractContextManager]
 
 
 def setup_engine(
@@ -37,13 +49,38 @@ def setup_engine(
     log: Callable[[str], None],
 ) -> TrainingEngine:
     """The engine for ``total_steps`` steps (``sequence_groups``: the Ulysses groups of the model's
-    set-up, else None); under tensor parallelism the loss then computes on this rank's head columns."""
+    set-up, else None); under tensor parallelism the loss then computes on this rank's head
+    columns. ``parallel.engine=fsdp2``: :func:`setup_fsdp2_engine` (``ds_config`` unused)."""
+    if config.parallel.engine == "fsdp2":
+        return setup_fsdp2_engine(objective, config, total_steps, runtime, dims, log)
     engine, scheduler = initialize_engine(
         objective, config, ds_config, total_steps, runtime.use_ds_optimizer, mpu=sequence_groups
     )
     if dims.tp > 1:
         dims = _attach_tensor_parallel(objective, dims, log)
-    return TrainingEngine(engine, scheduler, dims)
+    gather = ds_config["zero_optimization"].get("stage") == 3 or dims.tp > 1
+    full_state = functools.partial(ds.full_state_dict, engine, objective, gather)
+    return TrainingEngine(engine, scheduler, dims, full_state, contextlib.nullcontext)
+
+
+def setup_fsdp2_engine(
+    objective: CausalLMObjective,
+    config: TrainConfig,
+    total_steps: int,
+    runtime: Runtime,
+    dims: ParallelDims,
+    log: Callable[[str], None],
+) -> TrainingEngine:
+    """FSDP2 around the objective: each decoder layer and the objective (root: embedding, final
+    norm, LM head, and the loss inside its forward) sharded over the ``dims.dp`` ranks."""
+    engine = initialize_fsdp2_engine(objective, config, total_steps, runtime, dims.dp)
+    settings = engine.settings
+    log(
+        f"[fsdp2] {len(fsdp2.decoder_layers(objective.lm))} decoder layers + the root sharded over {dims.dp} "
+        f"rank(s); {'bf16 compute on fp32 parameters' if settings.bf16 else 'fp32'}"
+        f"{', CPU offload' if settings.offload else ''}; accumulation {settings.accumulation}"
+    )
+    return TrainingEngine(engine, engine.scheduler, dims, engine.full_state_dict, engine.evaluating)
 
 
 def _attach_tensor_parallel(

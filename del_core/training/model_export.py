@@ -1,5 +1,5 @@
 """The export of a finished run: the full weights gathered once from the engine (ZeRO-3
-partitions, AutoTP shards), written by rank 0 in Hugging Face format with the tokenizer and the
+partitions, AutoTP shards, FSDP2 shards), written by rank 0 in Hugging Face format with the tokenizer and the
 recipe; with LoRA the adapters merged into the base weights, and the adapter itself beside them.
 The folder is replaced whole or not at all (:func:`del_core.models.save_hf` stages it)."""
 
@@ -9,10 +9,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from del_core.config import config_to_yaml
-from del_core.engines import deepspeed as ds
 from del_core.models import drop_tied_copies, merged_state_dict, save_adapter, save_hf
 from del_core.parallel import ParallelDims, barrier
 from del_core.training.config import TrainConfig
@@ -23,23 +22,21 @@ RECIPE_FILE = "del_recipe.yaml"  # the run's config, beside the weights
 
 @dataclass(frozen=True)
 class ExportSource:
-    """What the export reads: the engine and the objective it trains, the PEFT wrapper with LoRA
-    (else None), the tokenizer and the run's config."""
+    """What the export reads: the engine's gathering of the full weights (``full_state(is_main)``:
+    the objective's state dict on rank 0, None elsewhere; collective), the objective it trains, the
+    PEFT wrapper with LoRA (else None), the tokenizer and the run's config."""
 
-    engine: Any
+    full_state: Callable[[bool], Optional[dict]]
     objective: CausalLMObjective
     peft_model: Any
     tokenizer: Any
     config: TrainConfig
 
 
-def export_model(
-    source: ExportSource, target: Path, gather: bool, dims: ParallelDims, log: Callable[[str], None]
-) -> None:
-    """Write ``target`` (``OUTPUT_DIR/final``) from ``source``; ``gather``: the weights are
-    partitioned or sharded (ZeRO-3, tensor parallelism) and every rank takes part. Collective."""
+def export_model(source: ExportSource, target: Path, dims: ParallelDims, log: Callable[[str], None]) -> None:
+    """Write ``target`` (``OUTPUT_DIR/final``) from ``source``. Collective."""
     started = time.time()
-    state = ds.full_state_dict(source.engine, source.objective, gather, dims.is_main)
+    state = source.full_state(dims.is_main)
     if dims.is_main:
         lm = source.objective.lm
         prefix = "lm."

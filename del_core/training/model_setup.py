@@ -100,15 +100,19 @@ def load_training_model(
     ds_config: dict,
     log: Callable[[str], None],
 ) -> TrainingModel:
-    """The model ``source`` in ``runtime``'s precision, seeded with ``run.seed`` (LoRA's adapters
-    and any new weights), ZeRO-3-partitioned while it loads when ``ds_config`` says so; LoRA
+    """The model ``source`` in ``runtime``'s precision (fp32 under FSDP2, which casts for compute),
+    seeded with ``run.seed`` (LoRA's adapters and any new weights), ZeRO-3-partitioned while it
+    loads when ``ds_config`` says so (DeepSpeed; FSDP2 shards it in the engine's set-up); LoRA
     adapters with ``lora.enabled``; its head counts checked for ``parallel.tp``; Ulysses around
     its attention with ``parallel.sp`` > 1 (before the engine is built with its groups)."""
     model_cfg = config.model
     torch.manual_seed(config.run.seed)
-    partitioning = ds.partitioning_context(ds_config, dims.tp)
+    fsdp2 = config.parallel.engine == "fsdp2"
+    partitioning = None if fsdp2 else ds.partitioning_context(ds_config, dims.tp)
     attn = attention_implementation(model_cfg.attn_implementation, runtime.on_gpu)
-    model = load_model(source, runtime.dtype, attn, model_cfg.gradient_checkpointing)
+    # FSDP2 keeps fp32 parameters and computes in bf16 through its MixedPrecisionPolicy.
+    dtype = torch.float32 if fsdp2 else runtime.dtype
+    model = load_model(source, dtype, attn, model_cfg.gradient_checkpointing)
     log(
         f"[model] {source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
         f"{'on' if model_cfg.gradient_checkpointing else 'off'}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import resource
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -20,14 +21,16 @@ class Runtime:
     on_gpu: bool
     device: torch.device
     dtype: torch.dtype  # bf16 on GPU (precision auto), fp32 on CPU
-    use_ds_optimizer: bool  # DeepSpeed's AdamW (GPU default) or torch AdamW (CPU default)
+    use_ds_optimizer: bool  # DeepSpeed's AdamW (GPU default under DeepSpeed) or torch AdamW (CPU, FSDP2)
 
     @classmethod
     def detect(cls, config: TrainConfig) -> Runtime:
         on_gpu = torch.cuda.is_available()
         device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
         bf16 = config.model.precision == "bf16" or (config.model.precision == "auto" and on_gpu)
-        use_ds = config.optimizer.name == "deepspeed" or (config.optimizer.name == "auto" and on_gpu)
+        use_ds = config.optimizer.name == "deepspeed" or (
+            config.optimizer.name == "auto" and on_gpu and config.parallel.engine == "deepspeed"
+        )
         return cls(on_gpu, device, torch.bfloat16 if bf16 else torch.float32, use_ds)
 
     @property
@@ -40,18 +43,25 @@ class Runtime:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6  # KiB on Linux
 
 
-def layout_line(config: TrainConfig, dims: ParallelDims, runtime: Runtime, ds_config: dict) -> str:
-    """The ``[run]`` console line: ranks and device, how they share the work, ZeRO stage and
-    precision, and how the global batch splits into micro-batches, accumulation and data parallel."""
-    zero = ds_config["zero_optimization"]
+def layout_line(config: TrainConfig, dims: ParallelDims, runtime: Runtime, ds_config: Optional[dict]) -> str:
+    """The ``[run]`` console line: ranks and device, how they share the work, the engine's
+    sharding (``ds_config``: DeepSpeed's, None under FSDP2) and precision, and how the global
+    batch splits into micro-batches, accumulation and data parallel."""
     run = config.run
     return (
         f"[run] {dims.world} rank(s) on {'GPU' if runtime.on_gpu else 'CPU'} = {_model_parallel(dims)} "
-        f"x data parallel {dims.dp}, ZeRO-{zero.get('stage')}"
-        f"{' + offload' if 'offload_optimizer' in zero else ''}, {'bf16' if runtime.bf16 else 'fp32'}; "
+        f"x data parallel {dims.dp}, {_sharding(config, ds_config)}, {'bf16' if runtime.bf16 else 'fp32'}; "
         f"global batch {run.global_batch_size} = micro {run.micro_batch_size} x "
         f"accumulation {accumulation_steps(config, dims.dp)} x {dims.dp} data-parallel rank(s)"
     )
+
+
+def _sharding(config: TrainConfig, ds_config: Optional[dict]) -> str:
+    """The engine's sharding for the [run] line: the ZeRO stage, or FSDP2; with offload."""
+    if ds_config is None:
+        return f"FSDP2{' + CPU offload' if config.parallel.offload else ''}"
+    zero = ds_config["zero_optimization"]
+    return f"ZeRO-{zero.get('stage')}{' + offload' if 'offload_optimizer' in zero else ''}"
 
 
 def _model_parallel(dims: ParallelDims) -> str:

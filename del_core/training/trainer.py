@@ -39,13 +39,14 @@ from del_core.data.dataset_cache import DataRequest, prepare_cached_training_dat
 from del_core.data.sequence_shards import shard_batch
 from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
+from del_core.engines import Engine, fsdp2
 from del_core.engines import deepspeed as ds
 from del_core.losses import AutoWeight, head_weight_copy, measure_auto_weight
 from del_core.models.sequence_attention import evaluation_attention
-from del_core.parallel import ParallelDims, local_main_first, sum_over
+from del_core.parallel import ParallelDims, init_process_group, local_main_first, sum_over
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import build_ds_config
-from del_core.training.engine_setup import apply_optimizer_settings, setup_engine
+from del_core.training.engine_setup import TrainingEngine, apply_optimizer_settings, setup_engine
 from del_core.training.heldout import HeldOutResult
 from del_core.training.heldout_history import HeldOutHistory
 from del_core.training.loss_weight import run_auto_weight
@@ -91,7 +92,7 @@ class Trainer:
     output_dir: Path
     runtime: Runtime
     dims: ParallelDims
-    ds_config: dict
+    ds_config: Optional[dict]  # DeepSpeed's filled config; None under parallel.engine=fsdp2
     folder: Optional[RunFolder]  # OUTPUT_DIR's bookkeeping, from the process set-up on
     stop: StopRequest
     tokens: RunTokenizer  # the tokenizer, its pad id and number vocabulary; where model and tokenizer come from
@@ -102,8 +103,9 @@ class Trainer:
     objective: CausalLMObjective
     peft_model: Any  # the PEFT wrapper of objective.lm with lora.enabled (writes the adapter), else None
     output_vocab_size: int  # logit columns of the model: a target id must be below it
-    engine: Any
+    engine: Engine  # DeepSpeed's engine or FSDP2Engine (parallel.engine)
     scheduler: Any
+    built_engine: TrainingEngine  # the engine with its export gathering and evaluation context
     reporter: Union[Reporter, SilentReporter]
     heldout: HeldOutHistory
     step: int
@@ -140,17 +142,30 @@ class Trainer:
         else:
             print(text, flush=True)
 
+    @property
+    def _fsdp2(self) -> bool:
+        return self.config.parallel.engine == "fsdp2"
+
     def _setup_process(self) -> None:
         """The process group, where this rank computes, OUTPUT_DIR claimed (rank 0 locks it before
-        anything is written into it), the stop signals and the DeepSpeed config."""
-        ds.init_distributed(torch.cuda.is_available())
+        anything is written into it), the stop signals and the DeepSpeed config (not with FSDP2)."""
+        on_gpu = torch.cuda.is_available()
+        if self._fsdp2:
+            init_process_group(on_gpu)
+        else:
+            ds.init_distributed(on_gpu)
         self.runtime = Runtime.detect(self.config)  # after init: each rank's CUDA device is set
         self.dims = ParallelDims.from_world(self.config.parallel.tp, self.config.parallel.sp)
         self.folder = RunFolder(self.output_dir, self.dims, self.log)
         self.folder.claim(self.config.run.resume, self.config.run.overwrite)
         self.stop = StopRequest(announce=self.dims.is_main)
-        self.ds_config = build_ds_config(self.config, self.dims.dp, self.runtime.bf16, self.runtime.use_ds_optimizer)
-        self._gradient_divisor = ds.gradient_divisor(self.ds_config, self.dims.dp, self.dims.sp)
+        if self._fsdp2:
+            self.ds_config = None
+            self._gradient_divisor = fsdp2.gradient_divisor(self.dims.dp)
+        else:
+            runtime = self.runtime
+            self.ds_config = build_ds_config(self.config, self.dims.dp, runtime.bf16, runtime.use_ds_optimizer)
+            self._gradient_divisor = ds.gradient_divisor(self.ds_config, self.dims.dp, self.dims.sp)
         self.log(layout_line(self.config, self.dims, self.runtime, self.ds_config))
 
     def _setup_tokenizer(self) -> None:
@@ -185,7 +200,8 @@ class Trainer:
         model, self.peft_model, self.dims = built.model, built.peft_model, built.dims
         self._partitioning, self._sequence_groups = built.partitioning, built.sequence_groups
         self.output_vocab_size = output_vocab_size(model)
-        gathered = functools.partial(ds.gathered, enabled=self._zero3)
+        # Only ZeRO-3 partitions the weight before the engine exists (FSDP2 shards it later).
+        gathered = functools.partial(ds.gathered, enabled=True) if self._zero3 else None
         loss_fn = loss_cfg.build(self.vocab, functools.partial(head_weight_copy, model, self.runtime.device, gathered))
         compilation = None
         if loss_cfg.compile:
@@ -202,7 +218,7 @@ class Trainer:
 
     @property
     def _zero3(self) -> bool:
-        return self.ds_config["zero_optimization"].get("stage") == 3
+        return not self._fsdp2 and self.ds_config["zero_optimization"].get("stage") == 3
 
     def _setup_engine(self) -> None:
         built = setup_engine(
@@ -216,6 +232,7 @@ class Trainer:
             self.log,
         )
         self.engine, self.scheduler, self.dims = built.engine, built.scheduler, built.dims
+        self.built_engine = built
 
     def _setup_resume_and_logging(self) -> None:
         """The checkpoint loaded (with the optimizer settings a resume overrides), the automatic
@@ -226,7 +243,7 @@ class Trainer:
         if self.config.loss.is_auto:
             self._resolve_auto_weight()
         self.reporter = self.folder.begin(self.step, self.config, self.total_steps, self.stop)
-        synced_generation = self._zero3 and self.dims.world > 1
+        synced_generation = (self._zero3 or self._fsdp2) and self.dims.world > 1
         self.heldout = HeldOutHistory.for_run(
             self.config, self.data, self.tokens, self.dims, self.runtime.device, synced_generation, self.log
         )
@@ -234,7 +251,8 @@ class Trainer:
 
     # --- training ------------------------------------------------------------------------------
     def _evaluate(self, label: str) -> Optional[HeldOutResult]:
-        return self.heldout.evaluate(self.objective, self.step, label, self.reporter)
+        with self.built_engine.evaluating():
+            return self.heldout.evaluate(self.objective, self.step, label, self.reporter)
 
     def maybe_evaluate(self) -> None:
         """The held-out teacher-forced metrics every ``run.eval_every`` steps, label "during" (not
@@ -408,8 +426,9 @@ class Trainer:
     def export(self) -> None:
         """Gather the full weights once and write OUTPUT_DIR/final in Hugging Face format; with
         LoRA the adapters merged into the base weights there, and the adapter in final/adapter."""
-        source = ExportSource(self.engine, self.objective, self.peft_model, self.tokens.tokenizer, self.config)
-        export_model(source, self.folder.final_model, self._zero3 or self.dims.tp > 1, self.dims, self.log)
+        full_state = self.built_engine.full_state
+        source = ExportSource(full_state, self.objective, self.peft_model, self.tokens.tokenizer, self.config)
+        export_model(source, self.folder.final_model, self.dims, self.log)
 
     def mark_failed(self) -> None:
         """An exception ends the run: rank 0's status says so (never left "running")."""

@@ -1,6 +1,7 @@
 """The package's dependency rules, checked on the code itself (imports inside functions included):
 the losses, the parallel layer, the data pipeline and the engines package import without
-DeepSpeed; torch.distributed is used only in del_core.parallel; DeepSpeed only in
+DeepSpeed; torch.distributed is used only in del_core.parallel (and FSDP2's sharding and
+checkpoints in del_core/engines/fsdp2.py); DeepSpeed only in
 del_core/engines/deepspeed.py; the Trainer adapter (del_core.integrations) never imports the
 DeepSpeed trainer (del_core.training); entry scripts stay short and functions small."""
 
@@ -42,6 +43,7 @@ sys.meta_path.insert(0, Block())
         "del_core.training.schedule",
         "del_core.engines",
         "del_core.engines.deepspeed",
+        "del_core.engines.fsdp2",
         "del_core.experiments.study",
         "del_core.experiments.numeric_bench.protocol",
     ],
@@ -84,10 +86,13 @@ def _modules_importing(prefix: str, under: Path = PACKAGE, root: Path = REPO) ->
     )
 
 
-def test_torch_distributed_only_in_the_parallel_layer():
-    assert all(path.startswith("del_core/parallel/") for path in _modules_importing("torch.distributed")), (
-        _modules_importing("torch.distributed")
-    )
+def test_torch_distributed_only_in_the_parallel_layer_and_the_fsdp2_engine():
+    """Process groups and collectives in del_core/parallel; FSDP2's sharding and
+    torch.distributed.checkpoint only in its engine, del_core/engines/fsdp2.py."""
+    allowed = [p for p in _modules_importing("torch.distributed") if p != "del_core/engines/fsdp2.py"]
+    assert all(path.startswith("del_core/parallel/") for path in allowed), allowed
+    for engine_part in ("torch.distributed.fsdp", "torch.distributed.checkpoint"):
+        assert _modules_importing(engine_part) == ["del_core/engines/fsdp2.py"], engine_part
 
 
 def test_deepspeed_only_in_the_engines_package():

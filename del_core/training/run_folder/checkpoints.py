@@ -1,4 +1,5 @@
-"""Crash-safe, verified checkpoint bookkeeping around DeepSpeed's own save/load.
+"""Crash-safe, verified checkpoint bookkeeping around the engine's own save/load (DeepSpeed's, or
+FSDP2's ``torch.distributed.checkpoint`` folders: :class:`del_core.engines.Engine`).
 
 Layout: ``OUTPUT_DIR/checkpoints/step_000300/`` holds what ``engine.save_checkpoint`` wrote (every
 rank's shards) and, written LAST by rank 0 after all ranks finished, ``COMPLETE.json``: the step,
@@ -143,7 +144,7 @@ def save(
     log: Callable[[str], None],
     exclude_frozen: bool = False,
 ) -> Path:
-    """Write ``checkpoints/step_NNNNNN`` (DeepSpeed shards, each rank's RNG state), then rank 0's
+    """Write ``checkpoints/step_NNNNNN`` (the engine's shards, each rank's RNG state), then rank 0's
     marker (``state`` plus the step and the manifest) once every rank has finished, then prune to
     the newest ``keep``. Collective. ``exclude_frozen``: leave frozen weights out (a LoRA run
     reloads its base weights from the model source on resume)."""

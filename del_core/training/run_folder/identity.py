@@ -55,7 +55,15 @@ FREE_KEYS = frozenset(
 )
 # Keys whose checkpoint tensors fit no other value: never overridable.
 STRUCTURAL_KEYS = frozenset(
-    {"model.name", "model.tokenizer", "parallel.tp", "parallel.zero_stage", "parallel.world_size", "parallel.ds_config"}
+    {
+        "model.name",
+        "model.tokenizer",
+        "parallel.engine",
+        "parallel.tp",
+        "parallel.zero_stage",
+        "parallel.world_size",
+        "parallel.ds_config",
+    }
 )
 OVERRIDE_ALIASES = {"run.max_steps": "run.total_steps", "run.epochs": "run.total_steps"}
 # Markers written before the identity held dotted keys: their flat names.
@@ -83,13 +91,16 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 def run_identity(config: Any, num_items: int, total_steps: int, world_size: int) -> dict[str, Any]:
     """The identity of a run of ``config`` (a TrainConfig) over ``num_items`` sequences for
-    ``total_steps`` steps on ``world_size`` ranks: dotted key -> value, sorted."""
+    ``total_steps`` steps on ``world_size`` ranks (not recorded under FSDP2, whose checkpoints
+    reshard on load): dotted key -> value, sorted."""
     flat: dict[str, Any] = {}
     for section, values in config_to_dict(config).items():
         _flatten(section, values, flat)
     if not config.lora.enabled:
         flat = {k: v for k, v in flat.items() if not k.startswith("lora.") or k == "lora.enabled"}
-    flat.update({"data.num_items": num_items, "run.total_steps": total_steps, "parallel.world_size": world_size})
+    flat.update({"data.num_items": num_items, "run.total_steps": total_steps})
+    if config.parallel.engine != "fsdp2":  # FSDP2's checkpoints load at any world size
+        flat["parallel.world_size"] = world_size
     return {k: flat[k] for k in sorted(flat) if k not in FREE_KEYS}
 
 
