@@ -226,8 +226,19 @@ def one_process_lora(spec) -> dict:
     return {run["name"]: result(spec, run["name"]) for run in runs}
 
 
+@pytest.fixture(scope="module")
+def one_process_sft(spec) -> dict:
+    """DELSFTTrainer (TRL, prompt-completion rows) 1x4 in this process."""
+    pytest.importorskip("trl")
+    run = layout("1x4-sft", 2, 4, trainer="sft")
+    worker.save(worker.train(spec, run), Path(spec["out"]), run["name"])
+    return {run["name"]: result(spec, run["name"])}
+
+
 def fsdp2_reference(run: dict) -> str:
-    """The 1-process run an FSDP2 run must equal: 1x4 with the same loss path, LoRA and lambda."""
+    """The 1-process run an FSDP2 run must equal: 1x4 with the same trainer, loss path, LoRA and lambda."""
+    if run.get("trainer") == "sft":
+        return "1x4-sft"
     name = "1x4-lora-auto" if run.get("lora") else "1x4"
     return name + ("-chunked" if run.get("loss_path") == "chunked" else "")
 
@@ -265,22 +276,23 @@ def assert_equal_runs(gaps: dict) -> None:
 
 
 @pytest.mark.launches
-def test_fsdp2_two_processes_match_one_process(spec, one_process, one_process_lora):
+def test_fsdp2_two_processes_match_one_process(spec, one_process, one_process_lora, one_process_sft):
     """2 processes x accumulation 2 under the Trainer's FSDP2 ("full_shard auto_wrap", one unit per
     decoder layer, accelerate's unit of the tied embedding/head and final norm, gloo on the CPU):
     on the logits path, on the chunked path (the LM-head weight read after the forward, whole
     because accelerate keeps the head's unit unsharded until the backward), and with LoRA adapters,
-    loss_weight="auto" and the CPU offload policy. Each equals its 1x4 run in step losses,
-    gradient norms and final weights. The chunked loss scored against this rank's shard of the head
-    (the defect FSDP2 invites) moves the losses."""
+    loss_weight="auto" and the CPU offload policy; and DELSFTTrainer (TRL). Each equals its 1x4 run
+    in step losses, gradient norms and final weights. The chunked loss scored against this rank's
+    shard of the head (the defect FSDP2 invites) moves the losses."""
     runs = [
         layout("fsdp2-2x2", 2, 2, fsdp=FSDP),
         layout("fsdp2-2x2-chunked", 2, 2, fsdp=FSDP, loss_path="chunked"),
         layout("fsdp2-2x2-offload-lora-auto", 2, 2, fsdp=FSDP, cpu_offload=True, lora=True, weight="auto"),
+        layout("fsdp2-2x2-sft", 2, 2, fsdp=FSDP, trainer="sft"),
         layout("fsdp2-2x2-chunked-local-head", 2, 2, fsdp=FSDP, loss_path="chunked", variant="local_head_shard"),
     ]
     launch(2, spec, runs)
-    gaps = fsdp2_gaps(spec, {**one_process, **one_process_lora}, runs)
+    gaps = fsdp2_gaps(spec, {**one_process, **one_process_lora, **one_process_sft}, runs)
     defect = gaps.pop("fsdp2-2x2-chunked-local-head")
     assert_equal_runs(gaps)
     assert defect["loss"] > 100 * TOL and defect["weights"] > 100 * TOL, defect
@@ -371,7 +383,7 @@ def sequence_parallel_gaps(spec: dict, references: dict, runs: list[dict]) -> di
 
 
 @pytest.mark.launches
-def test_sequence_parallel_two_processes_match_one_process(spec, tokenizer, one_process):
+def test_sequence_parallel_two_processes_match_one_process(spec, tokenizer, one_process, one_process_sft):
     """sp_size=2 (2 processes, DeepSpeed Ulysses ZeRO-2, 1 data-parallel replica x accumulation 4):
     each rank runs one half of every sequence, the number spans computed on the whole sequences
     travel with the shards. The same losses as 1x4 to 1e-5, gradient norms to 1e-4 and weights to
@@ -385,9 +397,7 @@ def test_sequence_parallel_two_processes_match_one_process(spec, tokenizer, one_
         layout("sp2-sft", 2, 4, deepspeed=zero_config(2), trainer="sft", sp=2),
     ]
     launch(2, spec, runs)
-    sft = layout("1x4-sft", 2, 4, trainer="sft")
-    worker.save(worker.train(spec, sft), Path(spec["out"]), sft["name"])
-    gaps = sequence_parallel_gaps(spec, {**one_process, "1x4-sft": result(spec, sft["name"])}, runs)
+    gaps = sequence_parallel_gaps(spec, {**one_process, **one_process_sft}, runs)
     assert engines(spec, "sp2-zero2").items() >= {"fsdp": False, "deepspeed": True, "sp": 2}.items()
     for name in ("sp2-zero2", "sp2-sft"):
         assert gaps[name]["loss"] <= TOL and gaps[name]["grad_norm"] <= NORM_TOL, gaps
