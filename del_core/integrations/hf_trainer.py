@@ -35,9 +35,9 @@ The model runs without labels, so its forward computes no loss of its own; the T
 the loss takes the model's full logits [B, T, V]. With ``loss_path="chunked"`` the forward keeps the
 logits of the last position only (``logits_to_keep=1``) and the loss takes the last hidden states
 and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidden``): the fp32
-[B, T, V] logits are never held (DDP, ZeRO-2, FSDP with the head in its root unit, as
-``transformer_layer_cls_to_wrap`` leaves it, and ZeRO-3, where the loss runs as a module of the
-model so that ZeRO-3 gathers the head weight for it: :mod:`del_core.integrations.zero3_head`).
+[B, T, V] logits are never held (DDP, ZeRO-2, the Trainer's FSDP2, whose unit of the head keeps its
+parameters unsharded from the forward to the backward, and ZeRO-3, where the loss runs as a module
+of the model so that ZeRO-3 gathers the head weight for it: :mod:`del_core.integrations.zero3_head`).
 Both paths are the training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`).
 Evaluation (``model.eval()``) normalises each batch by its own counts.
 
@@ -113,8 +113,8 @@ class DELTrainerMixin:
     sequence parallelism, encoder-decoder models, and (at the first step) a forward that returns
     no logits or not one per position.
 
-    Parallel layouts: DDP, DeepSpeed ZeRO-2/3, FSDP (which accelerate runs on GPUs only; its test
-    needs 2 of them), and DeepSpeed Ulysses sequence parallelism
+    Parallel layouts: DDP, DeepSpeed ZeRO-2/3, the Trainer's FSDP2 (``fsdp="full_shard
+    auto_wrap"``, with CPU offload and LoRA), and DeepSpeed Ulysses sequence parallelism
     (``ParallelismConfig(sp_size=N, sp_backend="deepspeed")``,
     :mod:`del_core.integrations.sequence_parallel`).
     """
@@ -261,7 +261,7 @@ class DELTrainerMixin:
             )
             return outputs, lambda **counts: loss_output(host(**counts))
         if path == "chunked":
-            weight = head_weight(unwrapped)
+            weight = self._head_weight(unwrapped)
         score = functools.partial(
             loss_on_path,
             path,
@@ -294,6 +294,13 @@ class DELTrainerMixin:
         self.log(
             {"auto_loss_weight": chosen.weight, "auto_weight_ce": chosen.ce, "auto_weight_unit_term": chosen.unit_term}
         )
+
+    def _head_weight(self, model: torch.nn.Module) -> torch.Tensor:
+        """The LM-head weight [V, H] the chunked loss scores against, read after the forward:
+        whole under DDP, ZeRO-2 and FSDP2 as accelerate wraps it (the head's unit keeps its
+        parameters unsharded from the forward to the backward); a sharded head is refused
+        (:func:`.setup_checks.head_weight`)."""
+        return head_weight(model)
 
     def _take_window(self) -> WindowCounts:
         if self._del_window is None or self._del_left <= 0:

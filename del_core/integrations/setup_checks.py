@@ -149,10 +149,13 @@ def head_weight(model: torch.nn.Module) -> torch.Tensor:
     with a bias (the chunked path scores ``hidden @ weight.T`` only)."""
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(head, "weight", None)
-    if getattr(weight, "placements", None) is not None:  # a DTensor: FSDP2 holds only this rank's shard
+    # A DTensor: FSDP2 resharded the head's unit after the forward and holds only this rank's rows.
+    # The Trainer's FSDP2 (accelerate) never does: it gives the head's unit reshard_after_forward=False.
+    if getattr(weight, "placements", None) is not None:
         raise UnsupportedSetupError(
-            "loss_path='chunked': the LM-head weight is sharded where the loss reads it (FSDP wraps the head in a "
-            "unit of its own); keep the head in FSDP's root unit (transformer_layer_cls_to_wrap) or use "
+            "loss_path='chunked': the LM-head weight is sharded where the loss reads it (a model wrapped with "
+            "fully_shard(..., reshard_after_forward=True) on the head's unit); let the Trainer's fsdp settings "
+            "wrap the model (accelerate keeps the head's unit unsharded from the forward to the backward) or use "
             "loss_path='logits'"
         )
     if weight is None or weight.dim() != 2:

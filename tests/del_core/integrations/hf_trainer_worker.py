@@ -5,17 +5,22 @@ for a few steps and writes what the tests compare. One process, or under torch.d
 
 SPEC: ``{"model": DIR, "out": DIR, "rows": [{"input_ids": [...], "labels": [...]}, ...],
 "sft_rows": [{"prompt", "completion"}, ...], "runs": [RUN, ...]}`` with RUN ``{"name", "micro",
-"accumulation", "steps", "variant", "deepspeed", "loss_path", "sp", "fsdp", "cuda", "trainer"}``.
+"accumulation", "steps", "variant", "deepspeed", "loss_path", "weight", "lora", "sp", "fsdp",
+"cpu_offload", "trainer"}``.
 ``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong normalisation:
 ``"per_micro_batch"`` (each micro-batch's digit term divided by its own digit count),
-``"rank_local"`` (digits counted over this rank's window only, not all-reduced) or
+``"rank_local"`` (digits counted over this rank's window only, not all-reduced),
 ``"per_shard_spans"`` (under sequence parallelism, number spans computed on each shard instead of
-the whole sequence). ``deepspeed`` is a DeepSpeed config dict or null; ``sp`` (default 1) the
-DeepSpeed Ulysses sequence-parallel size of an accelerate ``ParallelismConfig``; ``fsdp`` the
-TrainingArguments of FSDP; ``cuda`` (default false) trains on the GPUs; ``trainer="sft"`` trains
-``DELSFTTrainer`` (TRL) on the ``sft_rows`` instead. Rank 0 writes ``OUT/NAME.json`` (the
-Trainer's per-step logs), ``OUT/NAME.pt`` (the final weights, gathered under ZeRO-3 and FSDP) and
-``OUT/NAME.engine.json`` (the engines that trained).
+the whole sequence) or ``"local_head_shard"`` (under FSDP2, the chunked loss scored against this
+rank's shard of the LM head). ``weight`` is lambda (default 0.5; ``"auto"`` measures it);
+``lora`` (default false) trains LoRA adapters (:func:`with_lora`). ``deepspeed`` is a DeepSpeed
+config dict or null; ``sp`` (default 1) the DeepSpeed Ulysses sequence-parallel size of an
+accelerate ``ParallelismConfig``; ``fsdp`` the TrainingArguments of FSDP (on the CPU through
+:func:`allow_fsdp_on_cpu`), ``cpu_offload`` (default false) with FSDP2's CPU offload policy;
+``trainer="sft"`` trains ``DELSFTTrainer`` (TRL) on the ``sft_rows`` instead. Rank 0 writes
+``OUT/NAME.json`` (the Trainer's per-step logs), ``OUT/NAME.pt`` (the final weights, gathered
+under ZeRO-3 and FSDP) and ``OUT/NAME.engine.json`` (the engines that trained,
+:func:`engine_facts`, and the lambda of ``weight="auto"``).
 """
 
 from __future__ import annotations
@@ -57,11 +62,26 @@ class PerShardSpans(DELTrainer):
         return dataclasses.replace(super()._whole_sequence_spans(collate), vocab=None)
 
 
+class LocalHeadShard(DELTrainer):
+    """The defect under FSDP2: the chunked loss scores against this rank's shard of the LM-head
+    weight (FSDP2's row block of rank r, in place; the other ranks' rows zero) instead of the
+    whole head. In one process the shard is the whole head."""
+
+    def _head_weight(self, model):
+        weight = super()._head_weight(model)
+        rank, world = self.args.process_index, self.args.world_size
+        rows = -(-weight.shape[0] // world)  # FSDP2's Shard(0): ceil(V / R) rows per rank
+        mask = torch.zeros(weight.shape[0], 1, dtype=weight.dtype, device=weight.device)
+        mask[rank * rows : (rank + 1) * rows] = 1
+        return weight * mask
+
+
 VARIANTS = {
     "global": DELTrainer,
     "per_micro_batch": PerMicroBatchDigits,
     "rank_local": RankLocalDigits,
     "per_shard_spans": PerShardSpans,
+    "local_head_shard": LocalHeadShard,
 }
 
 # Answers with 0 to 16 digits: consecutive pairs (the micro-batches) hold very different digit counts.
@@ -147,7 +167,7 @@ def training_arguments(out: Path, run: dict):
         logging_steps=1,
         save_strategy="no",
         report_to=[],
-        use_cpu=not run.get("cuda", False),
+        use_cpu=True,
         seed=0,
         train_sampling_strategy="sequential",
         disable_tqdm=True,
@@ -185,6 +205,43 @@ def join_deepspeed_process_group(args) -> None:
     deepspeed.init_distributed(dist_backend="gloo")
 
 
+def allow_fsdp_on_cpu() -> None:
+    """Lift accelerate's gate that keeps FSDP from a CPU machine, inside this worker only.
+
+    accelerate 1.16 (``AcceleratorState.__init__``, ``accelerate/state.py``) switches the distributed
+    type to FSDP only in its branch for multi-device types (MULTI_GPU, MULTI_XPU, ...); under
+    MULTI_CPU it drops the ``fsdp_plugin`` without a word and the Trainer trains with DDP. FSDP2
+    itself (``fully_shard`` on a CPU device mesh over gloo) runs on the CPU, and it is the code under
+    test, so after the state's own set-up this does what the skipped branch would have done: the
+    distributed type becomes FSDP with the plugin the Trainer passed. Nothing else changes."""
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+
+    init = AcceleratorState.__init__
+    if getattr(init, "lifts_fsdp_gate", False):
+        return
+
+    def init_with_fsdp_on_cpu(self, *args, fsdp_plugin=None, **kwargs):
+        init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+            self.distributed_type = PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+            self.fsdp_plugin = fsdp_plugin
+
+    init_with_fsdp_on_cpu.lifts_fsdp_gate = True
+    AcceleratorState.__init__ = init_with_fsdp_on_cpu
+
+
+def offload_without_pinning(args) -> None:
+    """FSDP2's CPU offload policy (sharded parameters, gradients and the optimizer step on the CPU)
+    with unpinned host memory. ``fsdp_config["cpu_offload"]`` gives accelerate's default
+    ``CPUOffloadPolicy()``, which pins the shards; pinning needs an accelerator and fails on a
+    CPU-only machine ("RuntimeError: Cannot access accelerator device when none is available" in
+    ``FSDPParam._init_sharded_param``), so the plugin gets the policy with ``pin_memory=False``."""
+    from torch.distributed.fsdp import CPUOffloadPolicy
+
+    args.fsdp_plugin_args["cpu_offload"] = CPUOffloadPolicy(pin_memory=False)
+
+
 def train(spec: dict, run: dict) -> DELTrainer:
     """One training run as the spec says; returns the trainer after ``train()``."""
     from transformers import AutoModelForCausalLM
@@ -192,11 +249,17 @@ def train(spec: dict, run: dict) -> DELTrainer:
     from del_core.tokenizers import load_tokenizer
 
     out = Path(spec["out"])
-    args = training_arguments(out, run)  # before the model: under ZeRO-3 it is built partitioned
+    if run.get("fsdp"):
+        allow_fsdp_on_cpu()
+    args = training_arguments(out, run)
+    if run.get("cpu_offload"):
+        offload_without_pinning(args)  # before the model: under ZeRO-3 it is built partitioned
     if run.get("deepspeed"):
         join_deepspeed_process_group(args)
     tokenizer = load_tokenizer(spec["model"])
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32, attn_implementation="sdpa")
+    if run.get("lora"):
+        model = with_lora(model)
     loss = {"loss": "del", "loss_weight": run.get("weight", 0.5), "loss_path": run.get("loss_path", "logits")}
     if run.get("trainer") == "sft":
         from datasets import Dataset
@@ -219,9 +282,37 @@ def train(spec: dict, run: dict) -> DELTrainer:
     return trainer
 
 
+def with_lora(model):
+    """``model`` with LoRA adapters (r 4, alpha 8) on the attention's q and v projections, seeded:
+    every layout starts from the same adapters (B zero: the base model's outputs)."""
+    from del_core.models.lora import LoraSettings, wrap_with_lora
+
+    return wrap_with_lora(model, LoraSettings(4, 8.0, 0.0, ("q_proj", "v_proj")), seed=0, gradient_checkpointing=False)
+
+
 def step_logs(trainer: DELTrainer) -> list[dict]:
     keys = ("loss", "ce", "aux", "digit_entropy", "digit_acc", "grad_norm")
     return [{k: h[k] for k in keys if k in h} | {"step": h["step"]} for h in trainer.state.log_history if "loss" in h]
+
+
+def engine_facts(trainer: DELTrainer) -> dict:
+    """The engine that trained, as the trainer and the model show it after training: ``fsdp`` and
+    ``deepspeed`` (the Trainer's flags), ``fsdp_version`` and ``offload_policy`` (accelerate's
+    plugin: 2 and ``OffloadPolicy`` or ``CPUOffloadPolicy`` under FSDP2; None and ``NoneType``
+    without FSDP), ``dtensor_parameters`` (how many of the model's parameters are DTensors, as
+    FSDP2 holds them between steps) and ``parameters``. A silent fallback to DDP shows here."""
+    from torch.distributed.tensor import DTensor
+
+    plugin = getattr(trainer.accelerator.state, "fsdp_plugin", None)
+    parameters = list(trainer.model_wrapped.parameters())
+    return {
+        "fsdp": trainer.is_fsdp_enabled,
+        "deepspeed": trainer.is_deepspeed_enabled,
+        "fsdp_version": getattr(plugin, "fsdp_version", None),
+        "offload_policy": type(getattr(plugin, "cpu_offload", None)).__name__,
+        "dtensor_parameters": sum(isinstance(p, DTensor) for p in parameters),
+        "parameters": len(parameters),
+    }
 
 
 def save(trainer: DELTrainer, out: Path, name: str) -> None:
@@ -229,11 +320,8 @@ def save(trainer: DELTrainer, out: Path, name: str) -> None:
     weights = trainer.accelerator.get_state_dict(trainer.model_wrapped)
     if trainer.args.process_index == 0:
         (out / f"{name}.json").write_text(json.dumps(step_logs(trainer)))
-        engine = {
-            "fsdp": trainer.is_fsdp_enabled,
-            "deepspeed": trainer.is_deepspeed_enabled,
-            "sp": trainer.get_sp_size(),
-        }
+        auto = trainer.del_auto_weight
+        engine = engine_facts(trainer) | {"sp": trainer.get_sp_size(), "auto_loss_weight": auto and auto.weight}
         (out / f"{name}.engine.json").write_text(json.dumps(engine))
         torch.save({k: v.detach().float().cpu() for k, v in weights.items()}, out / f"{name}.pt")
 
