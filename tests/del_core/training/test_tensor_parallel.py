@@ -64,11 +64,12 @@ def test_tensor_parallel_equals_single_process(runs, name, tp, extra):
 
 def test_emo_under_tensor_parallelism_equals_single_process(runs):
     """EMO's cost embedding (the LM head copied before training) keeps each rank's vocabulary rows
-    (``NumericLoss.for_vocab_slice``): TP 2 x DP 2 trains as one process does."""
+    (``NumericLoss.for_vocab_slice``): TP 2 trains as one process does (2 processes: the data-parallel
+    side is the other tests')."""
     emo = {"loss": "emo", "loss.weight": ""}
     reference = runs("tp1_emo", 1, **emo)
-    out = runs("tp2_dp2_zero3_emo", 4, **{"parallel.tp": 2}, **emo)
-    assert "LM head columns [0, 75968)" in runs.procs("tp2_dp2_zero3_emo").stdout
+    out = runs("tp2_zero3_emo", 2, **{"parallel.tp": 2}, **emo)
+    assert "LM head columns [0, 75968)" in runs.procs("tp2_zero3_emo").stdout
     assert_same_run(out, reference, RTOL)
 
 
