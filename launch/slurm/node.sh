@@ -24,7 +24,7 @@ fi
 REPO="${DEL_REPO:?DEL_REPO is unset (node.sh is started by train.sbatch)}"
 NODE_RANK="${SLURM_NODEID:?SLURM_NODEID is unset}"
 if [[ -n "${DEL_CONTAINER_IMAGE:-}" && "${DEL_CONTAINER_RUNTIME:-}" == podman ]]; then
-    # shellcheck source=launch/slurm/container.sh
+    # shellcheck source=launch/slurm/container.sh disable=SC1091  # checked on its own too
     source "$REPO/launch/slurm/container.sh"
     # ignored until podman passes them on (an ignored signal stays ignored in the children)
     trap '' USR1 TERM
@@ -58,6 +58,7 @@ mkdir -p "$LOG_DIR"
 # installed its handlers, the training processes.
 trap '' USR1 TERM
 exec > >(tee -a "$LOG_DIR/node${NODE_RANK}.log") 2>&1
+TEE=$!
 echo "[node $NODE_RANK] $(hostname): ${CMD[*]}"
 
 "${CMD[@]}" &
@@ -91,4 +92,11 @@ while true; do
     break
 done
 echo "[node $NODE_RANK] torchrun exited $status"
+# tee writes the last lines before this script ends (in the image, the container's other processes,
+# tee among them, are killed when it does); at most 10 s, should a lost child hold the pipe open.
+exec > /dev/null 2>&1
+for _ in {1..100}; do
+    kill -0 "$TEE" 2> /dev/null || break
+    sleep 0.1
+done
 exit "$status"
