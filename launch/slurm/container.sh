@@ -23,8 +23,9 @@ CONTAINER_PYTHON=/opt/venv/bin/python
 # The runtime DEL_CONTAINER_RUNTIME names (auto resolved), on stdout; an error naming the key and
 # status 2 for anything else, or (CHECK=1) when the runtime is missing here.
 container_runtime() {
-    local runtime="${DEL_CONTAINER_RUNTIME:-auto}" pyxis=0
-    if srun --help 2> /dev/null | grep -q -- --container-image; then pyxis=1; fi
+    local runtime="${DEL_CONTAINER_RUNTIME:-auto}" pyxis=0 help
+    help="$(srun --help 2> /dev/null || true)" # whole, not piped: grep -q would end srun early (pipefail)
+    if [[ "$help" == *--container-image* ]]; then pyxis=1; fi
     case "$runtime" in
         auto) if [[ "$pyxis" == 1 ]]; then runtime=pyxis; else runtime=podman; fi ;;
         pyxis | podman) ;;

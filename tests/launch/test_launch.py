@@ -171,6 +171,12 @@ def test_slurm_dry_run_inside_the_image_per_runtime(slurm_config, tmp_path):
     assert all(
         " /opt/venv/bin/python -m torch.distributed.run " in n and " /opt/del/recipes/train.py " in n for n in nodes
     )
+    pyxis_srun = tmp_path / "bin" / "srun"  # what pyxis adds to srun --help; auto then chooses pyxis
+    pyxis_srun.parent.mkdir()
+    pyxis_srun.write_text("#!/bin/sh\necho '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'\n")
+    pyxis_srun.chmod(0o755)
+    auto = subprocess.run(sbatch, env={**env, "PATH": f"{pyxis_srun.parent}:{env['PATH']}"}, cwd=tmp_path, **_TEXT)
+    assert auto.stdout == pyxis.stdout, auto.stderr
     bad = subprocess.run(sbatch, env={**env, "DEL_CONTAINER_RUNTIME": "docker"}, cwd=tmp_path, **_TEXT)
     assert bad.returncode == 2 and bad.stderr == "error: DEL_CONTAINER_RUNTIME=docker: use pyxis, podman or auto\n"
     del env["DRY_RUN"]  # a real start: pyxis is checked for before anything runs
