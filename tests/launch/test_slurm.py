@@ -47,12 +47,15 @@ RTOL = 1e-5  # fp32 round-off between the reduction orders of different layouts
 JOB_TIMEOUT = 240
 
 
-@pytest.fixture(scope="module")
+# Session scope for the fixtures the image test shares: being marked container, it runs at the
+# session's end (tests/conftest.py), away from this module's other tests, and module-scoped fixtures
+# would be made again for it (the 2 x 1 run: ~30 s).
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     return make_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), real_tokenizer("qwen2"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def work(tmp_path_factory) -> Path:
     """The submit folder: job logs go to its logs/ (train.sbatch's ``--output=logs/%x-%j.out``)."""
     return tmp_path_factory.mktemp("slurm-work")
@@ -131,7 +134,7 @@ def one_node(slurm_cluster, tiny_model, work) -> OneNodeRun:
     return OneNodeRun(job, intruder, intruder_info)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_by_one(slurm_cluster, tiny_model, work) -> Job:
     """The uninterrupted 2 nodes x 1 process run, exported: the reference of the interrupted runs."""
     job = submit(slurm_cluster, tiny_model, work, "two-by-one", **{"run.export": "true"})
