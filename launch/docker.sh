@@ -8,7 +8,10 @@
 #
 # RUNTIME: docker or podman (default: docker when installed, else podman). IMAGE (default
 # del-train:latest). GPUS (default all; none on a CPU image: no --gpus, no memlock/stack limits).
-# Mounts: RUNS_DIR (default ./runs) at /runs - run.output_dir is /runs/<recipe name> unless given;
+# Mounts: RUNS_DIR (default ./runs; none: not mounted) at /runs - run.output_dir is /runs/<recipe
+# name> unless given; MOUNTS: host folders (space-separated) at their own path, read-write (a slurm
+# node's submit and output folders, launch/slurm/container.sh); WORKDIR: the working folder inside
+# (default /opt/del);
 # DATA_DIR (default ./data, if it exists) at /data, read-only - use data=/data/... in overrides;
 # HF_CACHE (default ~/.cache/huggingface) at /cache/huggingface - hub models and datasets;
 # DEL_CACHE (default ~/.cache/del_core) at /cache/del_core - converted tokenizers and models, and
@@ -88,9 +91,11 @@ if [[ -n "${SANDBOX_NAMESPACES:-}" ]]; then
         CMD+=(--security-opt systempaths=unconfined --security-opt seccomp=unconfined --security-opt apparmor=unconfined)
     fi
 fi
-CMD+=(-v "$RUNS_DIR:/runs"
-      -v "$HF_CACHE:/cache/huggingface"
-      -v "$DEL_CACHE:/cache/del_core")
+if [[ "$RUNS_DIR" != none ]]; then CMD+=(-v "$RUNS_DIR:/runs"); fi
+CMD+=(-v "$HF_CACHE:/cache/huggingface" -v "$DEL_CACHE:/cache/del_core")
+# shellcheck disable=SC2086  # MOUNTS is a list of folders
+for folder in ${MOUNTS:-}; do CMD+=(-v "$folder:$folder"); done
+if [[ -n "${WORKDIR:-}" ]]; then CMD+=(--workdir "$WORKDIR"); fi
 if [[ -d "$DATA_DIR" ]]; then CMD+=(-v "$DATA_DIR:/data:ro"); fi
 if [[ -n "$RECIPE_DIR" ]]; then CMD+=(-v "$RECIPE_DIR:/recipe:ro"); fi
 # shellcheck disable=SC2206  # FORWARD_ENV is a list of names
@@ -106,6 +111,7 @@ if [[ -n "${DRY_RUN:-}" ]]; then
     echo
     exit 0
 fi
-mkdir -p "$RUNS_DIR" "$HF_CACHE" "$DEL_CACHE"
+if [[ "$RUNS_DIR" != none ]]; then mkdir -p "$RUNS_DIR"; fi
+mkdir -p "$HF_CACHE" "$DEL_CACHE"
 echo "[docker] $RUNTIME $IMAGE: ${INNER[*]} (repo $REPO)"
 exec "${CMD[@]}"

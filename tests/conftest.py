@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.container import BuiltImage, build_image, podman_unavailable
 from helpers.shared import benchmark_dir, real_tokenizer
 
 
@@ -34,6 +35,17 @@ def smollm2():
     from del_core.tokenizers import load_tokenizer
 
     return load_tokenizer(smollm2_gguf())
+
+
+@pytest.fixture(scope="session")
+def image() -> BuiltImage:
+    """The CPU training image, built or found by its content key once per session
+    (docker/build_image.py): tests/container/ and the Slurm job inside the image; skips, saying
+    why, where podman, debootstrap or root are missing."""
+    reason = podman_unavailable()
+    if reason is not None:
+        pytest.skip(f"the image cannot be built here: {reason}")
+    return build_image()
 
 
 # multiprocessing, and its fork ``multiprocess`` that datasets' ``map(num_proc=...)`` uses.

@@ -5,13 +5,15 @@
 #   node.sh [--print] key=value ...     (--print: write the command and exit)
 #
 # Reads SLURM_NODEID, NNODES, MASTER_ADDR, MASTER_PORT, GPUS_PER_NODE (0 = CPU with
-# CPU_PROCS_PER_NODE processes, gloo), DEL_REPO, LOG_DIR, PYTHON.
+# CPU_PROCS_PER_NODE processes, gloo), DEL_REPO, LOG_DIR, PYTHON; with DEL_CONTAINER_IMAGE and the
+# podman runtime it runs the image's node.sh in the image instead (launch/slurm/container.sh).
 #
 # Stopping: Slurm delivers a job step's signals to every process of the step (scancel --signal,
 # srun's forwarding, the SIGTERM of a requeue, a preemption or a cancel), this script, tee and
 # torchrun included. Only the training processes act on USR1/TERM (finish the step, checkpoint,
 # stop); tee and torchrun start with both ignored, so the logs survive and torchrun does not kill
-# the training processes meanwhile. This script forwards what it gets to them as USR1 as well.
+# the training processes meanwhile. This script forwards what it gets to them as USR1 as well
+# (found in /proc: images need not have pkill).
 set -euo pipefail
 
 PRINT=0
@@ -21,6 +23,13 @@ if [[ "${1:-}" == --print ]]; then
 fi
 REPO="${DEL_REPO:?DEL_REPO is unset (node.sh is started by train.sbatch)}"
 NODE_RANK="${SLURM_NODEID:?SLURM_NODEID is unset}"
+if [[ -n "${DEL_CONTAINER_IMAGE:-}" && "${DEL_CONTAINER_RUNTIME:-}" == podman ]]; then
+    # shellcheck source=launch/slurm/container.sh disable=SC1091  # checked on its own too
+    source "$REPO/launch/slurm/container.sh"
+    # ignored until podman passes them on (an ignored signal stays ignored in the children)
+    trap '' USR1 TERM
+    exec_node_in_podman "$@"
+fi
 if [[ -z "${PYTHON:-}" ]]; then
     if [[ -x "$REPO/.venv/bin/python" ]]; then PYTHON="$REPO/.venv/bin/python"; else PYTHON=python3; fi
 fi
@@ -49,14 +58,30 @@ mkdir -p "$LOG_DIR"
 # installed its handlers, the training processes.
 trap '' USR1 TERM
 exec > >(tee -a "$LOG_DIR/node${NODE_RANK}.log") 2>&1
+TEE=$!
 echo "[node $NODE_RANK] $(hostname): ${CMD[*]}"
 
 "${CMD[@]}" &
 LAUNCHER=$!
+# The PIDs of the children of process $1 (read from /proc/PID/stat: the field after the command
+# name, which may hold spaces and parentheses, is the state, then the parent's PID).
+# shellcheck disable=SC2329  # invoked by forward
+children() {
+    local stat line pid
+    for stat in /proc/[0-9]*/stat; do
+        read -r line 2> /dev/null < "$stat" || continue
+        read -r _ pid _ <<< "${line##*) }"
+        if [[ "$pid" == "$1" ]]; then
+            pid="${stat#/proc/}"
+            echo "${pid%/stat}"
+        fi
+    done
+}
 # shellcheck disable=SC2329  # invoked by the traps
 forward() {
     echo "[node $NODE_RANK] $1: forwarding USR1 to the training processes"
-    pkill -USR1 -P "$LAUNCHER" 2> /dev/null || true
+    # shellcheck disable=SC2046  # one PID per word
+    kill -USR1 $(children "$LAUNCHER") 2> /dev/null || true
 }
 trap 'forward USR1' USR1
 trap 'forward TERM' TERM
@@ -67,4 +92,11 @@ while true; do
     break
 done
 echo "[node $NODE_RANK] torchrun exited $status"
+# tee writes the last lines before this script ends (in the image, the container's other processes,
+# tee among them, are killed when it does); at most 10 s, should a lost child hold the pipe open.
+exec > /dev/null 2>&1
+for _ in {1..100}; do
+    kill -0 "$TEE" 2> /dev/null || break
+    sleep 0.1
+done
 exit "$status"

@@ -1,19 +1,11 @@
-"""The image fixtures of the container tests: the CPU image, built or found once per session, and
-the host user's folders that launch/docker.sh mounts (one DeepSpeed op compile per session)."""
+"""The container tests' host folders that launch/docker.sh mounts (one DeepSpeed op compile per
+session); the image itself is the session fixture ``image`` of tests/conftest.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from helpers.container import BuiltImage, HostFolders, build_image, host_folders, podman_unavailable
-
-
-@pytest.fixture(scope="session")
-def image() -> BuiltImage:
-    reason = podman_unavailable()
-    if reason is not None:
-        pytest.skip(f"the image cannot be built here: {reason}")
-    return build_image()
+from helpers.container import HostFolders, host_folders
 
 
 @pytest.fixture(scope="session")

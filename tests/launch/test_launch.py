@@ -24,6 +24,7 @@ SCRIPTS = [
     REPO / "launch" / "docker.sh",
     REPO / "launch" / "slurm" / "train.sbatch",
     REPO / "launch" / "slurm" / "node.sh",
+    REPO / "launch" / "slurm" / "container.sh",
 ]
 BIN = Path(sys.executable).parent
 
@@ -133,6 +134,61 @@ def test_slurm_dry_run_user_keys_win_and_bad_nodelist_is_named(slurm_config):
         ["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml"], env=env, capture_output=True, text=True
     )
     assert proc.returncode == 2 and "expands to 2 hosts, but the job has 3 nodes" in proc.stderr
+
+
+@pytest.mark.launches
+def test_slurm_dry_run_inside_the_image_per_runtime(slurm_config, tmp_path):
+    """DEL_CONTAINER_IMAGE: with podman each node runs the image's node.sh through launch/docker.sh
+    (host network, the submit, output and named folders at their own path, the node's variables
+    forwarded); with pyxis srun gets the container options and the node command is the image's; any
+    other runtime, or pyxis where srun lacks it, is refused naming the key."""
+    sbatch = ["bash", str(REPO / "launch" / "slurm" / "train.sbatch"), "r.yaml"]
+    image = {"DEL_CONTAINER_IMAGE": "del-train:test", "OUTPUT_DIR": "out", "DEL_CONTAINER_MOUNTS": "/models/m"}
+    env = _slurm_env(slurm_config, 2, "gpu[01-02]", DRY_RUN="1", GPUS_PER_NODE="0", **image)
+    podman = subprocess.run(sbatch, env={**env, "DEL_CONTAINER_RUNTIME": "podman"}, cwd=tmp_path, **_TEXT, check=True)
+    for rank, line in enumerate(podman.stdout.splitlines()):
+        argv = shlex.split(line.split(": ", 1)[1])
+        assert argv[:6] == ["podman", "run", "--rm", "--init", "--ipc=host", "--network=host"] and "--gpus" not in argv
+        mounts = [argv[i + 1] for i, word in enumerate(argv) if word == "-v"]
+        for folder in (tmp_path, tmp_path / "out", tmp_path / "out" / "logs", "/models/m"):
+            assert f"{folder}:{folder}" in mounts, (rank, mounts)
+        assert argv[argv.index("--workdir") + 1] == str(tmp_path)
+        forwarded = {argv[i + 1] for i, word in enumerate(argv) if word == "-e"}
+        assert {"SLURM_NODEID", "NNODES", "MASTER_ADDR", "MASTER_PORT", "DEL_REPO", "LOG_DIR"} <= forwarded
+        assert "PYTHON" not in forwarded  # the host's interpreter: the image's own is used
+        assert argv[-5:] == [
+            "del-train:test",
+            "/opt/del/launch/slurm/node.sh",
+            "r.yaml",
+            "run.resume=auto",
+            "run.output_dir=out",
+        ]
+    pyxis = subprocess.run(sbatch, env={**env, "DEL_CONTAINER_RUNTIME": "pyxis"}, cwd=tmp_path, **_TEXT, check=True)
+    first, *nodes = pyxis.stdout.splitlines()
+    mounts = ",".join(f"{f}:{f}" for f in (tmp_path, tmp_path / "out", tmp_path / "out" / "logs", "/models/m"))
+    assert first.startswith(f"srun --container-image=del-train:test --container-mounts={mounts},")
+    assert first.endswith(f" --container-workdir={tmp_path}") and len(nodes) == 2
+    assert all(
+        " /opt/venv/bin/python -m torch.distributed.run " in n and " /opt/del/recipes/train.py " in n for n in nodes
+    )
+    pyxis_srun = tmp_path / "bin" / "srun"  # what pyxis adds to srun --help; auto then chooses pyxis
+    pyxis_srun.parent.mkdir()
+    pyxis_srun.write_text("#!/bin/sh\necho '      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH'\n")
+    pyxis_srun.chmod(0o755)
+    auto = subprocess.run(sbatch, env={**env, "PATH": f"{pyxis_srun.parent}:{env['PATH']}"}, cwd=tmp_path, **_TEXT)
+    assert auto.stdout == pyxis.stdout, auto.stderr
+    bad = subprocess.run(sbatch, env={**env, "DEL_CONTAINER_RUNTIME": "docker"}, cwd=tmp_path, **_TEXT)
+    assert bad.returncode == 2 and bad.stderr == "error: DEL_CONTAINER_RUNTIME=docker: use pyxis, podman or auto\n"
+    del env["DRY_RUN"]  # a real start: pyxis is checked for before anything runs
+    missing = subprocess.run(sbatch, env={**env, "DEL_CONTAINER_RUNTIME": "pyxis"}, cwd=tmp_path, **_TEXT)
+    assert (
+        missing.returncode == 2
+        and "DEL_CONTAINER_RUNTIME=pyxis, but this srun has no --container-image" in missing.stderr
+    )
+    assert not (tmp_path / "out").exists()
+
+
+_TEXT = {"capture_output": True, "text": True}
 
 
 @pytest.fixture(scope="module")

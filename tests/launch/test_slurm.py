@@ -3,7 +3,8 @@ slurmd nodes, each in its own network namespace): the unmodified train.sbatch tr
 on 2 nodes x 1 and 2 nodes x 2 processes like the 1-node run; the time-limit signal (USR1) and an
 administrator's requeue (SIGTERM) end a step with a checkpoint, requeue the job and resume it; a
 lost node fails the job in bounded time and a resubmission resumes; a second job into a running
-job's output folder is refused by the run lock; the dry run prints every node's command.
+job's output folder is refused by the run lock; the job trains inside the CPU image
+(DEL_CONTAINER_IMAGE, podman) and stops, requeues and resumes there too.
 
 One uninterrupted 2 x 1 run is the reference of every interrupted 2 x 1 run (same layout: equal
 losses bit for bit), and the 1-node run the reference of both layouts (fp32 round-off).
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.container import CONTAINERS_CONF, podman
 from helpers.shared import real_tokenizer
 from helpers.slurm_cluster import (
     FINAL_STATES,
@@ -45,12 +47,15 @@ RTOL = 1e-5  # fp32 round-off between the reduction orders of different layouts
 JOB_TIMEOUT = 240
 
 
-@pytest.fixture(scope="module")
+# Session scope for the fixtures the image test shares: being marked container, it runs at the
+# session's end (tests/conftest.py), away from this module's other tests, and module-scoped fixtures
+# would be made again for it (the 2 x 1 run: ~30 s).
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     return make_tiny_qwen2(tmp_path_factory.mktemp("tiny-qwen2"), real_tokenizer("qwen2"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def work(tmp_path_factory) -> Path:
     """The submit folder: job logs go to its logs/ (train.sbatch's ``--output=logs/%x-%j.out``)."""
     return tmp_path_factory.mktemp("slurm-work")
@@ -129,7 +134,7 @@ def one_node(slurm_cluster, tiny_model, work) -> OneNodeRun:
     return OneNodeRun(job, intruder, intruder_info)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def two_by_one(slurm_cluster, tiny_model, work) -> Job:
     """The uninterrupted 2 nodes x 1 process run, exported: the reference of the interrupted runs."""
     job = submit(slurm_cluster, tiny_model, work, "two-by-one", **{"run.export": "true"})
@@ -254,6 +259,35 @@ def test_an_administrators_requeue_checkpoints_and_resumes(slurm_cluster, tiny_m
     assert "[slurm] TERM: slurm is ending the job" in log and "requeueing" not in log, log
     assert f"[stop] signal received: checkpoint of step {step} written" in log
     assert "Traceback" not in log  # torchrun leaves SIGTERM to the training processes
+
+
+@pytest.mark.container
+def test_inside_the_image_the_job_trains_stops_requeues_and_resumes_like_on_the_host(
+    slurm_cluster, image, tiny_model, work, two_by_one
+):
+    """``DEL_CONTAINER_IMAGE``: each node's node.sh runs the image's node.sh, torchrun and trainer in
+    the image with podman (the runtime where srun has no pyxis), on the node's network, with the
+    submit and model folders mounted. USR1 to the batch script after step 1 reaches the training
+    processes through podman: stopped, checkpoint complete, requeued; the resumed job starts new
+    containers and finishes with the host's uninterrupted 2 x 1 run's losses, bit for bit; no
+    container is left."""
+    env = {"DEL_CONTAINER_IMAGE": image.tag, "DEL_CONTAINER_MOUNTS": str(tiny_model)}
+    env["CONTAINERS_CONF"] = str(CONTAINERS_CONF)  # podman's settings for this machine
+    job = submit(slurm_cluster, tiny_model, work, "in-image", env=env)
+    wait_for_step(slurm_cluster, job, 1)
+    signalled = time.monotonic()
+    slurm_cluster.signal_batch(job.job_id, "USR1")
+    step = assert_stopped_requeued_and_resumed(slurm_cluster, job, two_by_one, signalled)
+    log = job.log_text()
+    assert log.count(f"[slurm] in the image {image.tag} (podman)") == 2, job.describe()
+    assert log.count(f"[docker] podman {image.tag}: /opt/del/launch/slurm/node.sh") == 4  # 2 nodes x 2 runs
+    assert f"[stop] signal received: checkpoint of step {step} written" in log
+    assert f"[slurm] srun exited 0; run status: stopped\n[slurm] requeueing job {job.job_id}" in log
+    for rank, name in enumerate(slurm_cluster.layout.node_names()):
+        node_log = job.node_log(rank)  # written inside the image: its interpreter and code, the node's hostname
+        assert node_log.startswith(f"[node {rank}] {name}: /opt/venv/bin/python -m torch.distributed.run"), node_log
+        assert "/opt/del/recipes/train.py" in node_log and node_log.count(f"[node {rank}] torchrun exited 0") == 2
+    assert podman("ps", "--all", "--quiet", "--filter", f"ancestor={image.tag}").stdout == ""
 
 
 def test_a_lost_node_fails_the_job_in_bounded_time_and_a_resubmission_resumes(
