@@ -281,7 +281,7 @@ def run_trainer(spec: RunSpec, output_dir: str) -> tuple[list, Optional[PhaseTim
                 timers.end_step((ends[-1][0] - ends[-2][0], ends[-1][1] - ends[-2][1]))
     finally:
         trainer.cleanup()
-    return ends, timers, setup_rss, trainer.engine.config
+    return ends, timers, setup_rss, getattr(trainer.engine, "config", {})  # FSDP2's engine has no DeepSpeed config
 
 
 def hf_dataset(spec: RunSpec, output_dir: str) -> tuple[list[dict], Any, str]:
