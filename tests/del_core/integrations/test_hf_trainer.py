@@ -134,6 +134,16 @@ def weight_gap(a: dict, b: dict) -> float:
 
 
 # --- (1) one batch: the adapter's loss is build_loss on the shifted logits ---------------------
+def run_gaps(run: tuple[list[dict], dict], reference: tuple[list[dict], dict]) -> dict:
+    """Max abs gaps of a run's (logs, weights) to its reference's: losses, gradient norms, weights."""
+    (logs, weights), (reference_logs, reference_weights) = run, reference
+    return {
+        "loss": loss_gap(logs, reference_logs),
+        "grad_norm": loss_gap(logs, reference_logs, "grad_norm"),
+        "weights": weight_gap(weights, reference_weights),
+    }
+
+
 def one_batch_trainer(tiny_model, tokenizer, rows, tmp_path, loss: str, loss_path: str = "logits") -> DELTrainer:
     from transformers import AutoModelForCausalLM
 
@@ -257,12 +267,7 @@ def fsdp2_gaps(spec: dict, references: dict, runs: list[dict]) -> dict:
         assert facts["offload_policy"] == offload and facts["dtensor_parameters"] == facts["parameters"] > 0, facts
         if run.get("weight") == "auto":
             assert math.isclose(facts["auto_loss_weight"], reference_facts["auto_loss_weight"], rel_tol=1e-6)
-        (logs, weights), (reference_logs, reference_w) = result(spec, run["name"]), references[reference]
-        gaps[run["name"]] = {
-            "loss": loss_gap(logs, reference_logs),
-            "grad_norm": loss_gap(logs, reference_logs, "grad_norm"),
-            "weights": weight_gap(weights, reference_w),
-        }
+        gaps[run["name"]] = run_gaps(result(spec, run["name"]), references[reference])
     print("\nFSDP2 vs 1x4 (max abs):", json.dumps(gaps))
     return gaps
 
@@ -372,12 +377,7 @@ def sequence_parallel_gaps(spec: dict, references: dict, runs: list[dict]) -> di
     gaps = {}
     for run in runs:
         reference = "1x4-sft" if run.get("trainer") else "1x4-chunked" if run.get("loss_path") else "1x4"
-        (logs, weights), (reference_logs, reference_w) = result(spec, run["name"]), references[reference]
-        gaps[run["name"]] = {
-            "loss": loss_gap(logs, reference_logs),
-            "grad_norm": loss_gap(logs, reference_logs, "grad_norm"),
-            "weights": weight_gap(weights, reference_w),
-        }
+        gaps[run["name"]] = run_gaps(result(spec, run["name"]), references[reference])
     print("\nsequence parallel vs 1x4 (max abs):", json.dumps(gaps))
     return gaps
 
