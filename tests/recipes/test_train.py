@@ -108,13 +108,13 @@ def test_zero3_chunked_loss_matches(base, reference, tmp_path):
     _close(train_losses(out), reference)
 
 
-@pytest.mark.parametrize("path", ["logits", "chunked"])
-def test_compiled_loss_matches(base, reference, tmp_path, path):
+def test_compiled_loss_matches(base, reference, tmp_path):
     """loss.compile=true (aot_eager: dynamo + AOTAutograd, the same ATen ops, fast to compile
-    here; inductor is the default) trains to the same losses, batches of varying padded length
-    going through one graph with a fixed chunk count (a graph break would be an error)."""
+    here; inductor is the default) trains to the same losses on the chunked path, batches of
+    varying padded length going through one graph with a fixed chunk count (a graph break would be
+    an error). Both paths' graphs, inductor included: tests/del_core/losses/test_compile.py."""
     out = tmp_path / "run"
-    overrides = {"loss.compile": "true", "loss.compile_backend": "aot_eager", "loss.path": path}
+    overrides = {"loss.compile": "true", "loss.compile_backend": "aot_eager", "loss.path": "chunked"}
     proc = run_train(1, {**base, **overrides, "loss.chunk_size": 37, "run.output_dir": out})
     assert "torch.compile(del, backend=aot_eager" in proc.stdout + proc.stderr
     _close(train_losses(out), reference)
