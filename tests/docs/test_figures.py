@@ -21,8 +21,8 @@ hook = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # datac
 _spec.loader.exec_module(hook)
 
 SOURCES = hook.load_sources(REPO)
-# A time as pages write one: "6 min 13 s", "~37 min", "156-211 s"; not a threshold ("over ~2 s").
-DURATION = r"(?<![\w.~-])(?<!over )(?<!over ~)(~?\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?(?:min|s)\b(?: \d+ s\b)?)"
+# A time as pages write one: "6 min 13 s", "~37 min", "156-211 s", "1 h 19 min"; not a threshold ("over ~2 s").
+DURATION = r"(?<![\w.~-])(?<!over )(?<!over ~)(~?\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?(?:h|min|s)\b(?: \d+ (?:min|s)\b)?)"
 COUNT = r"(?<![\w.=,])(\d[\d,]*\d|\d)"
 NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)?")
 
