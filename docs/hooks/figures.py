@@ -74,7 +74,9 @@ def package_version(root: Path) -> str:
 
 def load_sources(root: Path) -> Sources:
     """The sources of a checkout whose root is ``root``."""
-    return Sources(load_figures(root / "docs" / "figures.yaml"), package_version(root), (root / "README.md").read_text())
+    return Sources(
+        load_figures(root / "docs" / "figures.yaml"), package_version(root), (root / "README.md").read_text()
+    )
 
 
 def _slug(heading: str) -> str:

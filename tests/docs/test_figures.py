@@ -5,20 +5,17 @@ with the reports they link to."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 import del_core
+from helpers.scripts import script_module
 from helpers.shared import REPO
 
-_spec = importlib.util.spec_from_file_location("docs_figures_hook", REPO / "docs" / "hooks" / "figures.py")
-hook = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)  # dataclasses look their module up
-_spec.loader.exec_module(hook)
+hook = script_module(REPO / "docs" / "hooks" / "figures.py", "docs_figures_hook")
 
 SOURCES = hook.load_sources(REPO)
 # A time as pages write one: "6 min 13 s", "~37 min", "156-211 s", "1 h 19 min"; not a threshold ("over ~2 s").
