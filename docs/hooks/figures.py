@@ -6,6 +6,7 @@ A page writes ``{{ figures.NAME }}`` for a measured figure of ``docs/figures.yam
 ``{{ readme }}`` for the whole README and ``{{ readme.SECTION }}`` for the body of one of its ``##``
 sections (SECTION: the heading's anchor, e.g. ``results``, ``set-up``), with the README's
 ``docs/...`` links made relative to the page. An unknown name stops the build naming the page.
+Inside an inline code span (single backticks) a placeholder is text, so a page can show the syntax.
 The site's footer says the version.
 
 The functions below import nothing of MkDocs: tests/docs/ renders pages with them without building
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import yaml
 
-PLACEHOLDER = re.compile(r"\{\{\s*([\w.-]+)\s*\}\}")
+# Group 1: an inline code span, left as it is; group 2: a placeholder's name.
+PLACEHOLDER = re.compile(r"(?<!`)(`[^`\n]+`)(?!`)|\{\{\s*([\w.-]+)\s*\}\}")
 VERSION_LINE = re.compile(r'^__version__ = "([^"]+)"$', re.MULTILINE)
 README_LINK = re.compile(r"\]\(docs/([^)\s]+)\)")
 SECTION_HEADING = re.compile(r"^## (.+)$", re.MULTILINE)
@@ -96,12 +98,19 @@ def _relative_links(text: str, page: str) -> str:
     return README_LINK.sub(lambda m: f"]({posixpath.relpath(m.group(1), folder)})", text)
 
 
+def placeholders(markdown: str) -> list[str]:
+    """The names of the placeholders in ``markdown`` (those in inline code spans are text)."""
+    return [match.group(2) for match in PLACEHOLDER.finditer(markdown) if match.group(2)]
+
+
 def render(markdown: str, page: str, sources: Sources) -> str:
     """``markdown`` (the docs page ``page``, docs-relative) with every placeholder replaced."""
     sections = readme_sections(sources.readme)
 
     def value(match: re.Match) -> str:
-        name = match.group(1)
+        if match.group(1):
+            return match.group(1)
+        name = match.group(2)
         kind, _, key = name.partition(".")
         if name == "version":
             return sources.version
