@@ -184,13 +184,22 @@ def test_no_file_states_another_release_as_the_version():
     assert stale == [], f"an earlier release's version outside CHANGELOG.md: {stale}"
 
 
-def test_the_docs_state_the_package_version():
-    stated = []
-    for name, text in PAGES.items():
-        if name != "CHANGELOG.md":
-            stated += re.findall(r"\bdel[_-]core (\d+\.\d+\.\d+)", text)
-    assert stated and set(stated) == {del_core.__version__}
+# A statement of this package's version: "del_core 0.3.0", "version: 0.3.0", "DEL_VERSION=0.3.0".
+VERSION_STATEMENT = re.compile(r"(?:\bdel[_-]core|\b[Vv]ersion|\b[Rr]elease|DEL_VERSION)[ =:]+v?(\d+\.\d+\.\d+)\b")
+
+
+def test_the_docs_and_the_image_state_the_package_version():
+    texts = {name: text for name, text in PAGES.items() if name != "CHANGELOG.md"}
+    texts |= {str(path.relative_to(REPO)): path.read_text() for path in (REPO / "docker").iterdir() if path.is_file()}
+    stated = {(name, version) for name, text in texts.items() for version in VERSION_STATEMENT.findall(text)}
+    assert ("docs/docker.md", del_core.__version__) in stated  # IMAGE --version, as the site shows it
+    assert {version for _, version in stated} == {del_core.__version__}, sorted(stated)
     assert hook.package_version(REPO) == del_core.__version__
+    assert VERSION_STATEMENT.findall("del_core 9.8.7, torch 2.13.0; version: 1.2.3; --build-arg DEL_VERSION=4.5.6") == [
+        "9.8.7",
+        "1.2.3",
+        "4.5.6",
+    ]
 
 
 def test_figures_file_entries_need_value_and_measured(tmp_path: Path):
