@@ -10,7 +10,8 @@ from .losses import LOSS_NAMES, LossOutput, NumericLoss, build_loss
 from .spans import IGNORE_INDEX, NumberSpans, number_spans
 from .vocab import DigitVocab, MultiDigitVocabularyError
 
-__version__ = "0.2.0"
+# The package's one version: pyproject.toml, the image's label and the documentation read it here.
+__version__ = "0.3.0"
 
 __all__ = [
     "IGNORE_INDEX",

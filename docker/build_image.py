@@ -3,6 +3,7 @@
 debootstrap: no Docker daemon, no registry (docs/docker.md).
 
     python3 docker/build_image.py [--wheels DIR] [--storage DIR] [--name NAME]
+    python3 docker/build_image.py --package-version   # del_core.__version__: the label's DEL_VERSION
 
 Two content-addressed steps; each is skipped ("cache hit") when podman's storage already holds an
 image tagged with its key:
@@ -53,6 +54,8 @@ CPU_BUILD_ARGS = (
     ("ACCELERATOR", "cpu"),
 )
 KEY_CHARS = 16
+PACKAGE_INIT = Path("del_core") / "__init__.py"
+VERSION_LINE = re.compile(r'^__version__ = "([^"]+)"$', re.MULTILINE)
 
 
 class BuildError(RuntimeError):
@@ -161,6 +164,16 @@ def torch_wheels(folder: Path, requirements: Path) -> list[Path]:
     return wheels
 
 
+def package_version(context: Path) -> str:
+    """``del_core.__version__`` as written in the context's ``del_core/__init__.py`` (read, not
+    imported: this script runs without the package's dependencies)."""
+    path = context / PACKAGE_INIT
+    found = VERSION_LINE.search(path.read_text()) if path.is_file() else None
+    if found is None:
+        raise BuildError(f'{path}: no line __version__ = "X.Y.Z"')
+    return found.group(1)
+
+
 @dataclass(frozen=True)
 class ImageRecipe:
     """What enters the image build; ``key`` changes exactly when one of these inputs does."""
@@ -178,7 +191,12 @@ class ImageRecipe:
         return f"{WHEELS_INSIDE}/{_sha256(' '.join(digests).encode())[:KEY_CHARS]}"
 
     def build_args(self) -> tuple:
-        return (("BASE_IMAGE", self.base_tag), *CPU_BUILD_ARGS, ("TORCH_SOURCE", self.wheels_inside))
+        return (
+            ("BASE_IMAGE", self.base_tag),
+            *CPU_BUILD_ARGS,
+            ("TORCH_SOURCE", self.wheels_inside),
+            ("DEL_VERSION", package_version(self.context)),
+        )
 
     def inputs(self) -> dict[str, str]:
         """Digest of the Dockerfile and of every file it copies, by context-relative name."""
@@ -301,8 +319,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wheels", type=Path, default=None, help="folder with the pinned torch wheel")
     parser.add_argument("--storage", type=Path, default=None, help="podman storage folder (default: podman's)")
     parser.add_argument("--name", default="localhost/del-train", help="image name (tags: cpu-KEY and cpu)")
+    parser.add_argument("--package-version", action="store_true", help="print del_core.__version__ and exit")
     options = parser.parse_args(argv)
     try:
+        if options.package_version:
+            print(package_version(REPO))
+            return 0
         check_tools()
         tag = build((options.wheels or default_wheels()).resolve(), Podman(options.storage), options.name)
     except BuildError as err:

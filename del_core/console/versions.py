@@ -1,7 +1,7 @@
 """The training stack's versions in one line: what the image's label ``org.del.versions`` and
 ``IMAGE --version`` say (docker/Dockerfile, docker/entrypoint.sh).
 
-    python -m del_core.console.versions                 # del_core 0.1.0, torch 2.13.0, ..., cpu
+    python -m del_core.console.versions                 # del_core X.Y.Z, torch 2.13.0, ..., cpu
     python -m del_core.console.versions --expect LINE   # exit 1 naming the difference (build check)
 """
 

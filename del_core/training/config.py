@@ -6,7 +6,7 @@ model, data or cluster (run by :func:`load_train_config` before anything heavy s
 Sections: ``model``, ``loss``, ``data``, ``optimizer``, ``parallel``, ``run``. Sizes are in
 sequences (batches) and tokens (lengths). ``loss=NAME``, ``model=SOURCE``, ``data=SOURCE`` and
 ``optimizer=NAME`` set the section's main key. The flat keys of release 0.1 (``loss_weight``,
-``lr``, ``max_steps``, ...) were removed in 0.2.0: one is refused with a one-line error naming
+``lr``, ``max_steps``, ...) are gone: one is refused with a one-line error naming
 its dotted key.
 """
 
@@ -334,7 +334,7 @@ SHORT_KEYS = {
 }
 TRAIN_ALIASES = KeyAliases(
     shorthands={"model": "name", "loss": "name", "data": "source", "optimizer": "name"},
-    # Release 0.1's flat keys, removed in 0.2.0: each is refused with a one-line error naming its key now.
+    # Release 0.1's flat keys: each is refused with a one-line error naming its key now.
     removed={
         **SHORT_KEYS,
         "loss_weight": "loss.weight",

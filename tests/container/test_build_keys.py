@@ -59,6 +59,8 @@ def context(tmp_path) -> Path:
     (root / "requirements.txt").write_text("torch==2.13.0\n")
     (root / "pkg" / "a.py").write_text("A = 1\n")
     (root / "pkg" / "__pycache__" / "a.pyc").write_bytes(b"\x00")
+    (root / "del_core").mkdir()
+    (root / "del_core" / "__init__.py").write_text('"""Doc."""\n\n__version__ = "1.2.3"\n')
     (root / "tests").mkdir()
     (root / "tests" / "test_a.py").write_text("")
     (tmp_path / "wheels").mkdir()
@@ -84,6 +86,7 @@ def test_the_image_key_follows_what_enters_the_image_and_nothing_else(context):
         "the requirements": lambda: (context / "requirements.txt").write_text("torch==2.13.0\nnumpy==2\n"),
         "the Dockerfile": lambda: (context / "Dockerfile").write_text("FROM base\nCOPY requirements.txt pkg ./\n"),
         "the torch wheel": lambda: next((context.parent / "wheels").glob("*.whl")).write_bytes(b"other"),
+        "the package version": lambda: (context / "del_core" / "__init__.py").write_text('__version__ = "1.2.4"\n'),
     }.items():
         change()
         changed[name] = _key(context)
@@ -98,6 +101,15 @@ def test_the_wheel_folder_is_mounted_at_a_path_naming_its_content(context):
     assert re.fullmatch(r"/wheels/[0-9a-f]{16}", recipe.wheels_inside)
     assert (args["PYTHON_SOURCE"], args["SYSTEM_PACKAGES"], args["ACCELERATOR"]) == ("system", "g++", "cpu")
     assert (args["DS_BUILD_FUSED_ADAM"], args["DS_BUILD_CPU_ADAM"]) == ("0", "0")
+    assert args["DEL_VERSION"] == "1.2.3"
+
+
+def test_the_label_version_is_read_from_the_package(context, capsys):
+    assert build.package_version(REPO) == del_core.__version__
+    assert build.main(["--package-version"]) == 0 and capsys.readouterr().out == del_core.__version__ + "\n"
+    (context / "del_core" / "__init__.py").write_text("__version__ = 3\n")
+    with pytest.raises(build.BuildError, match=r'del_core/__init__\.py: no line __version__ = "X\.Y\.Z"'):
+        build.package_version(context)
 
 
 def test_a_missing_torch_wheel_is_named_with_the_fix(context):
@@ -124,7 +136,7 @@ def test_the_label_defaults_are_the_installed_pins_and_the_default_base_is_cuda(
     text = (REPO / "docker" / "Dockerfile").read_text()
     defaults = dict(re.findall(r'^ARG (\w+)=("[^"]*"|\S*)$', text, flags=re.M))
     pins = dict(re.findall(r"^([a-z_-]+)==(\S+)", (REPO / "requirements.txt").read_text(), flags=re.M))
-    assert defaults["DEL_VERSION"] == del_core.__version__
+    assert "DEL_VERSION" not in defaults and re.search(r"^ARG DEL_VERSION$", text, flags=re.M)
     assert (defaults["TORCH_VERSION"], defaults["DEEPSPEED_VERSION"], defaults["TRANSFORMERS_VERSION"]) == (
         pins["torch"],
         pins["deepspeed"],

@@ -1,4 +1,4 @@
-"""The release bookkeeping: one version (pyproject.toml = del_core.__version__) with its section in
+"""The release bookkeeping: one version (del_core.__version__, which pyproject.toml reads) with its section in
 CHANGELOG.md, every removal there with its migration, and the changelog's links to the docs
 pointing at pages and headings that exist."""
 
@@ -23,11 +23,20 @@ def _slug(heading: str) -> str:
     return re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", heading).strip().lower())
 
 
+def _toml_table(text: str, name: str) -> str:
+    """The lines of the TOML table ``[name]`` in ``text`` (up to the next table header)."""
+    return text.split(f"\n[{name}]\n", 1)[1].split("\n[", 1)[0]
+
+
 def test_one_version_with_its_changelog_section():
-    version = re.search(r'^version = "([^"]+)"$', (REPO / "pyproject.toml").read_text(), re.MULTILINE).group(1)
-    assert del_core.__version__ == version
+    pyproject = (REPO / "pyproject.toml").read_text()
+    project = _toml_table(pyproject, "project")
+    assert not re.search(r"^version =", project, re.M), "pyproject.toml states a second copy of the version"
+    assert re.search(r'^dynamic = \[[^]]*"version"', project, re.M)
+    dynamic = _toml_table(pyproject, "tool.setuptools.dynamic")
+    assert re.search(r'^version = \{ attr = "del_core\.__version__" \}$', dynamic, re.M)
     releases = [heading.split("]")[0].lstrip("[") for heading in _sections(CHANGELOG.read_text(), "## ")]
-    assert releases[0] == version
+    assert releases[0] == del_core.__version__
 
 
 def test_every_removal_states_its_migration():

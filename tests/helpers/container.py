@@ -4,7 +4,6 @@ docker/containers.conf."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -13,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from helpers.scripts import script_module
 from helpers.shared import REPO
 
 BUILD_SCRIPT = REPO / "docker" / "build_image.py"
@@ -24,11 +24,7 @@ HOST_UID = HOST_GID = 4242
 
 def build_module():
     """docker/build_image.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("build_image", BUILD_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("build_image", module)
-    spec.loader.exec_module(module)
-    return module
+    return script_module(BUILD_SCRIPT, "build_image")
 
 
 def podman_unavailable() -> str | None:

@@ -57,7 +57,7 @@ def test_recipe_then_dotted_overrides(tmp_path):
     ],
 )
 def test_a_flat_key_of_release_0_1_is_refused_naming_its_key_now(tmp_path, old, new):
-    """Removed in 0.2.0: in a recipe and on the command line, one line naming the file (or the
+    """Removed in release 0.2: in a recipe and on the command line, one line naming the file (or the
     command line), the old key and the key that replaced it; never silently ignored."""
     recipe = tmp_path / "old.yaml"
     recipe.write_text(f"loss: del\n{old}: 1\n")

@@ -70,7 +70,7 @@ def test_the_shipped_benchmark_configurations_load():
 
 
 def test_the_names_of_release_0_1_are_gone():
-    """Removed in 0.2.0 (CHANGELOG.md): the old import paths and names fail at import, naming what is
+    """Removed in release 0.2 (CHANGELOG.md): the old import paths and names fail at import, naming what is
     missing, instead of resolving to the new ones."""
     from del_core.experiments.numeric_bench import config, run_unit
 

@@ -316,7 +316,7 @@ def test_training_keys_in_every_spelling_reach_the_train_section(tmp_path):
 
 
 def test_a_removed_training_key_is_refused_in_the_recipe_and_on_the_command_line(tmp_path):
-    """Release 0.1's flat keys are gone from training recipes (0.2.0); the study's short command-line
+    """Release 0.1's flat keys are gone from training recipes (release 0.2); the study's short command-line
     forms (max_steps, lr) are not those: a removed spelling that is not a short form, or any flat key
     in the recipe's train section, is one error naming the key now."""
     with pytest.raises(StudyError, match="command line: key 'adam_betas' was removed; use 'optimizer.betas'"):
@@ -367,7 +367,7 @@ def test_the_plot_leads_with_the_primary_metric_and_shows_benchmarks_only_when_t
 
 
 def test_the_import_path_of_release_0_1_is_gone():
-    """``del_core.study`` was removed in 0.2.0 (CHANGELOG.md): the study is only
+    """``del_core.study`` was removed in release 0.2 (CHANGELOG.md): the study is only
     ``del_core.experiments.study``."""
     import importlib
 
