@@ -24,7 +24,17 @@ from .catalog import (
     loss_class,
     loss_name,
 )
-from .loss_path import LOSS_PATHS, LossCalls, loss_on_path, loss_path_name
+from .loss_path import (
+    LOSS_PATHS,
+    CausalLMRun,
+    ChunkedPath,
+    LogitsPath,
+    LossCalls,
+    LossPath,
+    build_loss_path,
+    loss_on_path,
+    loss_path_name,
+)
 from .model_needs import build_loss_for_model, head_weight_copy, loss_needs
 from .spec import AUTO, KeySpelling, LossSpec, LossSpecError
 
@@ -33,15 +43,19 @@ __all__ = [
     "AUTO_PLACEHOLDER",
     "AutoWeight",
     "AutoWeightError",
+    "CausalLMRun",
+    "ChunkedPath",
     "DEFAULT_AUTO_RATIO",
     "DEL_DEFAULT_WEIGHT",
     "DIST2_DEFAULT_WEIGHT",
     "KeySpelling",
     "LOSS_NAMES",
     "LOSS_PATHS",
+    "LogitsPath",
     "LossCalls",
     "LossNeeds",
     "LossOutput",
+    "LossPath",
     "LossSpec",
     "LossSpecError",
     "NTL_DEFAULT_WEIGHT",
@@ -49,6 +63,7 @@ __all__ = [
     "WEIGHTED_LOSSES",
     "auto_weight",
     "build_loss",
+    "build_loss_path",
     "build_loss_for_model",
     "head_weight_copy",
     "loss_class",
