@@ -1,4 +1,4 @@
-"""Predict one rank's memory for a training recipe (del_core/training/memory_model.py; docs/long_traces.md).
+"""Predict one rank's memory for a training recipe (del_core/memory_model.py; docs/long_traces.md).
 
     python recipes/memory_estimate.py recipes/configs/qwen2.5-7b-long-traces.yaml world=16
     python recipes/memory_estimate.py recipes/configs/qwen2.5-7b.yaml world=8 data.max_length=8192
@@ -13,9 +13,9 @@ import sys
 
 from del_core.config import ConfigError, split_command_line
 from del_core.console import filter_known_warnings
+from del_core.memory_model import estimate, model_shape_of, train_shape_of
 from del_core.parallel import sequence_head_problem
 from del_core.training import load_train_config
-from del_core.training.memory_model import estimate, model_shape_of, train_shape_of
 
 filter_known_warnings()
 

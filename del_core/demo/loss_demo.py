@@ -8,7 +8,7 @@
 2. shows, token by token, the place values and the DEL term of one worked answer;
 3. evaluates all seven losses on held-out arithmetic problems (:func:`del_core.data.synthetic.make_problems`);
 4. fine-tunes two copies of the model for ``--steps`` steps of the plain loop
-   (:mod:`del_core.training.plain_loop`), one with MLE and one with DEL (same data, seed,
+   (:mod:`del_core.plain_loop`), one with MLE and one with DEL (same data, seed,
    optimiser), and compares held-out digit accuracy, digit entropy
    (:mod:`del_core.evaluation.heldout.teacher_forced`) and the share of computed results ("= X") whose
    every digit is predicted right (teacher forced).
@@ -27,16 +27,15 @@ from typing import Any, Optional
 
 import torch
 
-from del_core import LOSS_NAMES, DigitVocab, number_spans
+from del_core import LOSS_NAMES, DigitVocab, number_spans, plain_loop
 from del_core.data.synthetic import make_problems
 from del_core.data.tokenized import TokenBatch, collate, encode
 from del_core.evaluation.heldout.teacher_forced import digit_hits, summarise, teacher_forced_sums
 from del_core.losses.digit_terms import del_term, digit_entropy
 from del_core.models.sources import SMOLLM2, resolve_model, smollm2_gguf
+from del_core.plain_loop import PlainLoopConfig, StepRecord, logits_of, make_loss
 from del_core.spans import IGNORE_INDEX
 from del_core.tokenizers import load_tokenizer
-from del_core.training import plain_loop
-from del_core.training.plain_loop import PlainLoopConfig, StepRecord, logits_of, make_loss
 
 MAX_LENGTH = 256  # tokens per example; the generated problems are far shorter
 
@@ -151,7 +150,7 @@ def evaluate(model: Any, vocab: DigitVocab, batch: TokenBatch) -> HeldoutScores:
 
 
 def fine_tune(model: Any, demo: DemoModel, loss_name: str, rows: Sequence[dict], args: argparse.Namespace) -> Any:
-    """``model`` after ``args.steps`` AdamW steps of the plain loop (:mod:`del_core.training.plain_loop`),
+    """``model`` after ``args.steps`` AdamW steps of the plain loop (:mod:`del_core.plain_loop`),
     constant learning rate, ``args.batch_size`` rows each (in order, wrapping)."""
     torch.manual_seed(args.seed)
     loss_fn = make_loss(loss_name, demo.vocab, None, model)

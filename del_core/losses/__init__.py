@@ -3,6 +3,8 @@
 :class:`LossSpec` is the one loss set-up of every way in (the training recipe's ``loss`` section,
 ``DELTrainer``'s arguments): it checks itself, builds the loss and knows the placeholder lambda of
 ``weight="auto"``; :func:`measure_auto_weight` measures that lambda for both trainers.
+:class:`LossPath` (built by name with :func:`build_loss_path`) is where a loss reads the model's
+scores, logits or chunked hidden states, for the trainer and the Trainer adapter alike.
 """
 
 from .auto_weight import (
