@@ -27,7 +27,7 @@ LETTERS = "ABCDE"
 @dataclass(frozen=True)
 class Record:
     """One question of a benchmark file; ``index`` is its position in the file (the ``index`` of
-    ``--score-only`` rows)."""
+    ``score_only`` rows)."""
 
     benchmark: str
     index: int

@@ -8,7 +8,7 @@
                     first, run in the sandbox, then chain of thought for what is left unanswered)
   scored_rows.py    an output -> its answer (read as text, or the printed answer of its program) ->
                     a scored row; shared by the protocol and re-scoring
-  rescoring.py      re-scoring saved outputs without a model (``--score-only``: :func:`rescore`,
+  rescoring.py      re-scoring saved outputs without a model (``score_only``: :func:`rescore`,
                     :func:`score_outputs`)
   summary_table.py  the console table of a summary
   config.py         the command line's options (:class:`EvalConfig`, :func:`load_eval_config`)

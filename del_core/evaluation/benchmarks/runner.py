@@ -3,7 +3,7 @@
 Evaluating (:func:`evaluate_model`) writes OUTPUT_DIR/predictions.jsonl (one row per question:
 prompt, output, program, answer, gold, correct; :mod:`.scored_rows`) and OUTPUT_DIR/summary.json
 (accuracy per benchmark, mACC, MAE, log-MAE, per-place digit accuracy, and the run's ``config``),
-and prints the table. Re-scoring a ``--score-only`` file is :func:`.rescoring.rescore`. Every
+and prints the table. Re-scoring a ``score_only`` file is :func:`.rescoring.rescore`. Every
 output file is replaced atomically once its contents exist, so a failed run leaves an earlier
 output as it was.
 
