@@ -9,7 +9,7 @@ and the option letters.
   math     a LaTeX answer compared by normalised text, numerically, or with sympy (MATH)
   choice   a letter A.. (AQuA, SAT, MMLU-math); ``choices`` holds the option texts
 
-Records are read from the benchmark files by :mod:`del_core.evaluation.benchmarks.data`; the
+Records are read from the benchmark files by :mod:`del_core.evaluation.benchmarks.files`; the
 answer readers (:mod:`del_core.evaluation.answers`) compare an answer with ``Record.gold``.
 """
 

@@ -11,7 +11,7 @@ import pytest
 from del_core.data.prompting import format_prompt
 from del_core.evaluation.answers.scoring import is_correct
 from del_core.evaluation.benchmarks.config import load_eval_config
-from del_core.evaluation.benchmarks.data import load_benchmark
+from del_core.evaluation.benchmarks.files import load_benchmark
 from del_core.evaluation.benchmarks.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX
 from del_core.evaluation.benchmarks.runner import run
 from del_core.evaluation.question import BENCHMARKS

@@ -1,7 +1,7 @@
 """Benchmarks: the zero-shot evaluation of the DEL paper on its seven math benchmarks
 (``recipes/evaluate.py``).
 
-  data.py           the seven benchmark files read into :class:`~del_core.evaluation.question.Record`
+  files.py          the seven benchmark files read into :class:`~del_core.evaluation.question.Record`
                     (:func:`load_benchmark`, :func:`data_dir_from`, :func:`parse_benchmark_list`)
   prompts.py        the prompts: program of thought, chain of thought, multiple choice
   zero_shot.py      the protocol: records + a generator -> scored rows (:func:`evaluate`: a program
@@ -20,7 +20,7 @@ Answers are read and graded by :mod:`del_core.evaluation.answers`, programs run 
 """
 
 from .config import EvalConfig, load_eval_config, options_help
-from .data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
+from .files import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from .rescoring import PredictionsError, rescore, score_outputs
 from .runner import EvaluationError, run
 from .zero_shot import GenerationLengths, evaluate

@@ -20,7 +20,7 @@ from pathlib import Path
 from del_core.data.jsonl import JsonlError, iter_jsonl, write_jsonl
 from del_core.evaluation.answers.scoring import summarise
 from del_core.evaluation.benchmarks.config import EvalConfig
-from del_core.evaluation.benchmarks.data import data_dir_from, load_benchmark
+from del_core.evaluation.benchmarks.files import data_dir_from, load_benchmark
 from del_core.evaluation.benchmarks.sandbox_consent import check_sandbox
 from del_core.evaluation.benchmarks.scored_rows import Reading, read_program_outputs, scored_row, text_answer
 from del_core.evaluation.benchmarks.summary_table import format_table

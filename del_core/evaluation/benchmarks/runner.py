@@ -23,7 +23,7 @@ from del_core.data.prompting import PromptFormat
 from del_core.data.rows import DataError
 from del_core.evaluation.answers.scoring import summarise
 from del_core.evaluation.benchmarks.config import EvalConfig
-from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
+from del_core.evaluation.benchmarks.files import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from del_core.evaluation.benchmarks.rescoring import PredictionsError, rescore
 from del_core.evaluation.benchmarks.sandbox_consent import check_sandbox
 from del_core.evaluation.benchmarks.summary_table import format_table

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from del_core.config import HELP_FLAGS, ConfigError, keys_help, load_config, option, split_command_line
-from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, parse_benchmark_list
+from del_core.evaluation.benchmarks.files import BenchmarkError, data_dir_from, parse_benchmark_list
 from del_core.evaluation.grader_check.differential import report, run_corpus
 from del_core.evaluation.grader_check.independent_graders import GRADERS
 

@@ -49,7 +49,7 @@ class StudyConfig:
     # loss -> lambda, or "auto" (lambda from the first batch, docs/lambda.md); absent = the loss's default
     loss_weights: dict[str, Any] = field(default_factory=dict)
     auto_ratios: dict[str, float] = field(default_factory=dict)  # loss -> loss.auto_ratio of its "auto"
-    # data (del_core.experiments.study.data)
+    # data (del_core.experiments.study.problem_rows)
     problem_set: str = "study"  # a problem set of del_core.data.synthetic (study, basic, training)
     solution_style: str = "steps"  # rows not written as programs: steps, or equation (the steps alone)
     data_seed: int = 1234
@@ -101,7 +101,7 @@ class StudyConfig:
         if self.eval_backend not in ("hf", "vllm", "auto"):
             raise ConfigError(f"eval_backend must be hf, vllm or auto, got {self.eval_backend!r}")
         if self.benchmarks:
-            from del_core.evaluation.benchmarks.data import BenchmarkError, parse_benchmark_list
+            from del_core.evaluation.benchmarks.files import BenchmarkError, parse_benchmark_list
 
             try:
                 parse_benchmark_list(",".join(self.benchmarks))

@@ -3,7 +3,7 @@
 The output root is claimed first (:func:`del_core.experiments.output_root.claim`: a study with
 other result-changing settings there is refused). Steps (in this order; each is skipped when its
 done markers exist, so an interrupted study continues):
-  data       OUTPUT_ROOT/data/{train,heldout}.jsonl (:mod:`del_core.experiments.study.data`)
+  data       OUTPUT_ROOT/data/{train,heldout}.jsonl (:mod:`del_core.experiments.study.problem_rows`)
   reference  the starting model evaluated like the runs: OUTPUT_ROOT/pretrained/{heldout,benchmarks}/
   runs       the seed-major grid of (loss, seed) units (:mod:`del_core.experiments.grid`): each
              trained into OUTPUT_ROOT/<loss>/seed<k>/ (:mod:`del_core.experiments.study.train_unit`),
@@ -28,8 +28,8 @@ from del_core.experiments import output_root
 from del_core.experiments.grid import Unit, seed_major_grid
 from del_core.experiments.output_root import read_marker
 from del_core.experiments.study.config import RESUMABLE_KEYS, StudyConfig, StudyError, StudyPaths, load_study_config
-from del_core.experiments.study.data import HeldOutRows, heldout_rows, prepare_data
 from del_core.experiments.study.metrics import collect_results
+from del_core.experiments.study.problem_rows import HeldOutRows, heldout_rows, prepare_data
 from del_core.experiments.study.report import write_report
 from del_core.experiments.study.score_unit import (
     benchmark_dir,

@@ -33,8 +33,8 @@ from del_core.experiments.study import (
     run_metrics,
     train_config,
 )
-from del_core.experiments.study.data import make_rows, make_splits, prepare_data
 from del_core.experiments.study.metrics import comparisons as compare_with_baseline
+from del_core.experiments.study.problem_rows import make_rows, make_splits, prepare_data
 from del_core.experiments.study.report import markdown, plot_panels, verdicts
 from del_core.experiments.study.score_unit import benchmark_config
 from del_core.training.config import TrainConfig
