@@ -197,7 +197,7 @@ def test_the_evaluation_config_takes_the_prompt_format():
     from del_core.config import ConfigError
 
     with pytest.raises(ConfigError, match="prompt_format must be one of alpaca, chat"):
-        load_eval_config(["smollm2", "--prompt-format", "sharegpt"])
+        load_eval_config(["smollm2", "prompt_format=sharegpt"])
 
 
 def test_a_held_out_rows_prompt_is_its_training_prefix_before_the_last_answer(smollm2):
