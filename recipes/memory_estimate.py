@@ -1,4 +1,4 @@
-"""Predict one rank's memory for a training recipe (del_core/training/memory_model.py; docs/long_traces.md).
+"""Predict one rank's memory for a training recipe (del_core/memory_model.py; docs/long_traces.md).
 
     python recipes/memory_estimate.py recipes/configs/qwen2.5-7b-long-traces.yaml world=16
     python recipes/memory_estimate.py recipes/configs/qwen2.5-7b.yaml world=8 data.max_length=8192
@@ -11,11 +11,11 @@ parallel.sp, then the totals for every sp the model's heads allow.
 
 import sys
 
-from del_core.config import ConfigError, split_command_line
+from del_core.config import HELP_FLAGS, ConfigError, keys_help, split_command_line
 from del_core.console import filter_known_warnings
+from del_core.memory_model import estimate, model_shape_of, train_shape_of
 from del_core.parallel import sequence_head_problem
-from del_core.training import load_train_config
-from del_core.training.memory_model import estimate, model_shape_of, train_shape_of
+from del_core.training import TrainConfig, load_train_config
 
 filter_known_warnings()
 
@@ -23,6 +23,9 @@ GB = 1e9
 
 
 def main(argv: list[str]) -> int:
+    if argv and argv[0] in HELP_FLAGS:
+        print(f"{__doc__}\nKeys: world=8 and the training keys (key=value):\n{keys_help(TrainConfig)}")
+        return 0
     try:
         recipe, overrides = split_command_line(argv)
         world = int(next((o.split("=", 1)[1] for o in overrides if o.startswith("world=")), 8))

@@ -2,14 +2,14 @@
 hyper-parameters, evaluate every run the same way, and write a results table and a plot.
 
     python recipes/study.py recipes/configs/study-cpu.yaml                 # ~2 h on 2 CPU cores
-    python recipes/study.py recipes/configs/study-gpu.yaml --benchmark-dir DIR
-    python recipes/study.py CONFIG --losses mle,del --seeds 0 --max_steps 2 --output_root runs/try
-    python recipes/study.py CONFIG --report-only                          # tables and plot from what exists
+    python recipes/study.py recipes/configs/study-gpu.yaml benchmark_dir=DIR
+    python recipes/study.py CONFIG losses=mle,del seeds=0 run.max_steps=2 output_root=runs/try
+    python recipes/study.py CONFIG report_only=true                       # tables and plot from what exists
 
-Overrides are ``--key value``, ``--key=value`` or ``key=value`` (dashes read as underscores): a key
-of del_core/experiments/study/config.py (StudyConfig) sets the study; a training key
-(``run.max_steps``, ``optimizer.lr``, or the short ``max_steps``, ``lr``; del_core/training/config.py)
-is passed to every training run. Lists may be written ``a,b,c``.
+Overrides are ``key=value``: a key of del_core/experiments/study/config.py (StudyConfig) sets the
+study; a dotted training key (``run.max_steps``, ``optimizer.lr``; del_core/training/config.py) is
+passed to every training run. Lists may be written ``a,b,c``. The 0.1 spellings (``--key value``,
+the short ``max_steps``, ``lr``) still work, with a deprecation warning naming the new one.
 
 Outputs under OUTPUT_ROOT: data/, pretrained/, <loss>/seed<k>/ (the training run, heldout/ and
 benchmarks/), results.{json,md,png}; an interrupted study continues where it stopped

@@ -13,19 +13,19 @@ safetensors + tokenizer, loadable with from_pretrained).
 
 import sys
 
-from del_core.config import ConfigError, split_command_line
+from del_core.config import HELP_FLAGS, ConfigError, keys_help, split_command_line
 from del_core.console import filter_known_warnings
 from del_core.data import DataError
 from del_core.models import ModelSourceError
 from del_core.parallel import ParallelLayoutError, destroy, exit_process
-from del_core.training import load_train_config, run
+from del_core.training import TrainConfig, load_train_config, run
 
 filter_known_warnings()
 
 
 def main(argv: list[str]) -> int:
-    if argv and argv[0] in ("-h", "--help"):
-        print(__doc__)
+    if argv and argv[0] in HELP_FLAGS:
+        print(f"{__doc__}\nKeys (key=value, defaults shown):\n{keys_help(TrainConfig)}")
         return 0
     try:
         recipe, overrides = split_command_line(argv)

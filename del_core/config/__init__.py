@@ -9,7 +9,8 @@ overrides (dotted for nested keys, ``loss.weight=0.1``). Errors name the key and
     config = load_config(TrainConfig, recipe, overrides, aliases=TRAIN_ALIASES)
 """
 
-from .command_line import split_command_line
+from .command_line import HELP_FLAGS, keys_help, option, split_command_line
+from .deprecation import REMOVED_IN, warn_deprecated
 from .loader import (
     ConfigError,
     KeyAliases,
@@ -21,12 +22,17 @@ from .loader import (
 )
 
 __all__ = [
+    "HELP_FLAGS",
+    "REMOVED_IN",
     "ConfigError",
     "KeyAliases",
     "config_to_dict",
     "config_to_yaml",
+    "keys_help",
     "load_config",
+    "option",
     "placed_keys",
     "read_yaml_mapping",
     "split_command_line",
+    "warn_deprecated",
 ]

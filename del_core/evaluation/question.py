@@ -9,7 +9,7 @@ and the option letters.
   math     a LaTeX answer compared by normalised text, numerically, or with sympy (MATH)
   choice   a letter A.. (AQuA, SAT, MMLU-math); ``choices`` holds the option texts
 
-Records are read from the benchmark files by :mod:`del_core.evaluation.benchmarks.data`; the
+Records are read from the benchmark files by :mod:`del_core.evaluation.benchmarks.files`; the
 answer readers (:mod:`del_core.evaluation.answers`) compare an answer with ``Record.gold``.
 """
 
@@ -27,7 +27,7 @@ LETTERS = "ABCDE"
 @dataclass(frozen=True)
 class Record:
     """One question of a benchmark file; ``index`` is its position in the file (the ``index`` of
-    ``--score-only`` rows)."""
+    ``score_only`` rows)."""
 
     benchmark: str
     index: int

@@ -4,9 +4,10 @@ A causal-LM batch holds ``labels`` [B, T] aligned with ``input_ids``: the model 
 logits at position t predict ``labels[t + 1]`` (-100 = ignored). Padding-free collators and context
 parallelism may instead give pre-shifted ``shift_labels`` [B, T] (position t predicts
 ``shift_labels[t]``). :func:`aligned_targets` turns either into targets aligned with the logits of
-every input position, which is what a del_core loss takes. The counts are taken on those targets,
-so they are exactly the counts the loss sees: the Trainer's ``num_items_in_batch`` for the tokens
-(it counts ``labels[..., 1:]`` or ``shift_labels``), and the number-token positions of
+every input position, which is what a del_core loss takes. The counts are taken on those targets by
+the trainer's own count (:func:`del_core.data.normalisers.target_counts`), so they are exactly the
+counts the loss sees: the Trainer's ``num_items_in_batch`` for the tokens (it counts
+``labels[..., 1:]`` or ``shift_labels``), and the number-token positions of
 :func:`del_core.number_spans` for the digits.
 
 Nothing here imports the Trainer; nothing reads a tensor back to the host.
@@ -20,9 +21,12 @@ from typing import Any, Optional
 
 import torch
 
+from del_core.data.normalisers import target_counts
 from del_core.data.sequence_shards import SPAN_COLUMNS, pop_span_columns
-from del_core.spans import IGNORE_INDEX, NumberSpans, number_spans
+from del_core.spans import IGNORE_INDEX, NumberSpans
 from del_core.vocab import DigitVocab
+
+__all__ = ["TARGET_KEYS", "WindowCounts", "aligned_targets", "carried_spans", "target_counts", "window_target_counts"]
 
 # The batch keys that hold targets and their number spans; they are not passed to the model's forward.
 TARGET_KEYS = ("labels", "shift_labels", *SPAN_COLUMNS)
@@ -64,20 +68,6 @@ def carried_spans(batch: Mapping[str, Any]) -> Optional[NumberSpans]:
     before a sequence-parallel cut, :mod:`del_core.integrations.sequence_parallel`), aligned with
     :func:`aligned_targets`; None when it carries none. The batch is left as it is."""
     return pop_span_columns(dict(batch))
-
-
-def target_counts(
-    targets: torch.Tensor, vocab: Optional[DigitVocab], spans: Optional[NumberSpans] = None
-) -> torch.Tensor:
-    """[2] int64 on the targets' device: ``[non-ignored targets, number-token targets]``
-    (the second is 0 without a vocabulary). The number tokens are those of ``spans`` when given
-    (the targets' spans computed on the whole sequences), else of ``number_spans(targets)``.
-    Not read back to the host."""
-    tokens = (targets != IGNORE_INDEX).sum()
-    if vocab is None:
-        return torch.stack([tokens, torch.zeros_like(tokens)])
-    digits = (spans if spans is not None else number_spans(targets, vocab)).is_digit.sum()
-    return torch.stack([tokens, digits.to(tokens.dtype)])
 
 
 def window_target_counts(

@@ -38,7 +38,9 @@ and the LM-head weight, ``chunk_size`` tokens at a time (``NumericLoss.from_hidd
 [B, T, V] logits are never held (DDP, ZeRO-2, the Trainer's FSDP2, whose unit of the head keeps its
 parameters unsharded from the forward to the backward, and ZeRO-3, where the loss runs as a module
 of the model so that ZeRO-3 gathers the head weight for it: :mod:`del_core.integrations.zero3_head`).
-Both paths are the training recipe's ``loss.path`` values (:func:`del_core.losses.loss_on_path`).
+Both paths are the training recipe's ``loss.path`` values, the same :class:`del_core.losses.LossPath`
+objects the trainer uses; the adapter runs its model for them through
+:class:`del_core.integrations.model_run.TrainerModelRun`.
 Evaluation (``model.eval()``) normalises each batch by its own counts.
 
 ``loss_weight="auto"`` sets lambda as ``recipes/train.py`` does, with the same function
@@ -70,21 +72,20 @@ from del_core.integrations.counting import (
 )
 from del_core.integrations.logged_metrics import LoggedMetrics
 from del_core.integrations.loss_setup import resolve_loss
+from del_core.integrations.model_run import TrainerModelRun
 from del_core.integrations.sequence_parallel import WholeSequenceSpans
 from del_core.integrations.setup_checks import (
     UnsupportedSetupError,
     argument_problems,
     head_weight,
     loss_path_problems,
-    model_hidden_states,
-    model_logits,
     model_problems,
     parallelism_problems,
     raise_problems,
     sequence_parallel_problems,
 )
 from del_core.integrations.zero3_head import HOST_NAME, ChunkedLossHost, attach_chunked_loss_host, loss_output
-from del_core.losses import AutoWeight, LossCalls, LossSpec, NumericLoss, loss_on_path, measure_auto_weight
+from del_core.losses import AutoWeight, LossCalls, LossPath, LossSpec, NumericLoss, build_loss_path, measure_auto_weight
 from del_core.spans import NumberSpans
 from del_core.vocab import DigitVocab
 
@@ -136,8 +137,8 @@ class DELTrainerMixin:
         given = _bound_arguments(super().__init__, args, kwargs)
         raise_problems(argument_problems(given.get("args"), given.get("compute_loss_func")))
         super().__init__(*args, **kwargs)
-        self.del_loss_path, self.del_chunk_size = loss_path, chunk_size
-        self._refuse_unsupported_setup()
+        self._refuse_unsupported_setup(loss_path, chunk_size)
+        self.del_loss_path: LossPath = build_loss_path(loss_path, chunk_size)
         self._del_host = self._chunked_loss_host()
         chosen = resolve_loss(loss, loss_weight, loss_options, auto_ratio, vocab, self.processing_class, self.model)
         self.del_loss, self.del_loss_spec = chosen.loss, chosen.spec
@@ -221,18 +222,18 @@ class DELTrainerMixin:
         return window
 
     # --- internals ------------------------------------------------------------------------------
-    def _refuse_unsupported_setup(self) -> None:
+    def _refuse_unsupported_setup(self, loss_path: str, chunk_size: int) -> None:
         problems = argument_problems(self.args, self.compute_loss_func)
         problems += parallelism_problems(self.args.n_gpu, self.get_tp_size(), self.get_cp_size(), self.get_sp_size())
         problems += model_problems(getattr(self.model, "config", None))
-        problems += loss_path_problems(self.del_loss_path, self.del_chunk_size)
+        problems += loss_path_problems(loss_path, chunk_size)
         raise_problems(problems)
 
     def _chunked_loss_host(self) -> Optional[ChunkedLossHost]:
-        """Under ZeRO-3 the chunked loss runs as a module of the model (:mod:`.zero3_head`), so that
-        ZeRO-3 gathers the LM-head weight for it; attached before ``train()`` hands the model to
-        DeepSpeed. None on the logits path and without ZeRO-3."""
-        if self.del_loss_path != "chunked" or not is_deepspeed_zero3_enabled():
+        """Under ZeRO-3 a loss path that reads the LM-head weight (the chunked one) runs as a module
+        of the model (:mod:`.zero3_head`), so that ZeRO-3 gathers that weight for it; attached
+        before ``train()`` hands the model to DeepSpeed. None on the logits path and without ZeRO-3."""
+        if not self.del_loss_path.reads_head_weight or not is_deepspeed_zero3_enabled():
             return None
         return attach_chunked_loss_host(self.model)
 
@@ -242,37 +243,22 @@ class DELTrainerMixin:
         """(the model's outputs, the loss of this batch as a call taking the normalisers); ``spans``:
         the targets' number spans computed on the whole sequences, or None (computed here)."""
         unwrapped = self.accelerator.unwrap_model(model)
-        name, path = type(unwrapped).__name__, self.del_loss_path
-        if path == "logits":
-            outputs = model(**self._forward_inputs(inputs))
-            source, weight = model_logits(outputs, targets, name), None
-        else:
-            outputs = model(**self._forward_inputs(inputs), output_hidden_states=True, logits_to_keep=1)
-            source = model_hidden_states(outputs, targets, name)
-        calls = LossCalls.of(self._loss_on(source.device))
-        if path == "chunked" and self._del_host is not None:
-            if getattr(unwrapped, HOST_NAME, None) is not self._del_host:
-                raise UnsupportedSetupError(
-                    "loss_path='chunked' under ZeRO-3: the model in training is not the one DELTrainer attached its "
-                    "loss module to (a model_init?); pass the model itself"
-                )
-            host = functools.partial(
-                self._del_host, source, targets, spans=spans, calls=calls, chunk_size=self.del_chunk_size
-            )
-            return outputs, lambda **counts: loss_output(host(**counts))
-        if path == "chunked":
-            weight = self._head_weight(unwrapped)
-        score = functools.partial(
-            loss_on_path,
-            path,
-            calls,
-            source,
-            targets,
-            head_weight=weight,
-            chunk_size=self.del_chunk_size,
-            spans=spans,
+        run = TrainerModelRun(
+            model, self._forward_inputs(inputs), targets, type(unwrapped).__name__, lambda: self._head_weight(unwrapped)
         )
-        return outputs, score
+        path = self.del_loss_path
+        output = path.model_output(run)
+        calls = LossCalls.of(self._loss_on(output.device))
+        if self._del_host is None:
+            score = functools.partial(path.score, calls, output, targets, head_weight=run.head_weight, spans=spans)
+            return run.outputs, score
+        if getattr(unwrapped, HOST_NAME, None) is not self._del_host:
+            raise UnsupportedSetupError(
+                f"loss_path={path.name!r} under ZeRO-3: the model in training is not the one DELTrainer attached its "
+                "loss module to (a model_init?); pass the model itself"
+            )
+        host = functools.partial(self._del_host, output, targets, spans=spans, path=path, calls=calls)
+        return run.outputs, lambda **counts: loss_output(host(**counts))
 
     def _resolve_auto_weight(self, batch_samples: list, window: WindowCounts) -> None:
         """lambda of ``loss_weight="auto"`` from the first step's micro-batches (the module doc); a

@@ -1,11 +1,12 @@
-"""The chunked loss path of the Trainer adapter under DeepSpeed ZeRO-3.
+"""The Trainer adapter's loss paths that read the LM-head weight, under DeepSpeed ZeRO-3.
 
-The chunked loss scores the last hidden states against the LM-head weight [V, H] after the model's
-forward has returned, when ZeRO-3 has already partitioned that weight again (each rank holds 1/R
-of it). :class:`ChunkedLossHost` runs the loss as a module of the trained model instead: attached
-to the model before the Trainer hands it to ``deepspeed.initialize``, it carries ZeRO-3's module
-hooks, and the head weight is registered as its external parameter, so ZeRO-3 gathers the whole
-weight for the loss's forward, releases it after, gathers it again for the loss's backward, and
+The chunked loss path (any :class:`del_core.losses.LossPath` with ``reads_head_weight``) scores
+the last hidden states against the LM-head weight [V, H] after the model's forward has returned,
+when ZeRO-3 has already partitioned that weight again (each rank holds 1/R of it).
+:class:`ChunkedLossHost` runs the loss as a module of the trained model instead: attached to the
+model before the Trainer hands it to ``deepspeed.initialize``, it carries ZeRO-3's module hooks,
+and the head weight is registered as its external parameter, so ZeRO-3 gathers the whole weight
+for the loss's forward, releases it after, gathers it again for the loss's backward, and
 reduce-scatters its gradient into the partitioned gradient as it does for any module's parameter.
 The [B, T, V] logits are never held (the model's forward keeps the last position's logits only).
 """
@@ -18,7 +19,7 @@ import torch
 
 from del_core.engines import deepspeed as ds
 from del_core.integrations.setup_checks import UnsupportedSetupError, head_weight
-from del_core.losses import LossCalls, LossOutput, loss_on_path
+from del_core.losses import LossCalls, LossOutput, LossPath
 from del_core.spans import NumberSpans
 
 HOST_NAME = "del_chunked_loss"  # the host's name among the model's submodules
@@ -26,10 +27,11 @@ LOSS_PARTS = ("loss", "ce", "aux")
 
 
 class ChunkedLossHost(torch.nn.Module):
-    """``forward(hidden, targets, num_tokens, num_digits, spans, calls=, chunk_size=) -> dict``: the
-    chunked loss (:func:`del_core.losses.loss_on_path`) of ``hidden`` [B, T, H] against the LM-head weight
-    of ``model``, as named tensors (ZeRO-3's hooks see the tensors of a dict, not those of a
-    dataclass): ``loss``, ``ce``, ``aux`` and ``metric/<name>`` for each of the loss's metrics.
+    """``forward(output, targets, num_tokens, num_digits, spans, path=, calls=) -> dict``: the loss
+    of ``path`` (:meth:`del_core.losses.LossPath.score`) on ``output`` (the path's model output,
+    e.g. the hidden states [B, T, H]) against the LM-head weight of ``model``, as named tensors
+    (ZeRO-3's hooks see the tensors of a dict, not those of a dataclass): ``loss``, ``ce``, ``aux``
+    and ``metric/<name>`` for each of the loss's metrics.
 
     Holds no parameter or buffer of its own (the model's state dict is unchanged); ``model`` is
     kept outside the module tree (it is the host's parent)."""
@@ -40,25 +42,23 @@ class ChunkedLossHost(torch.nn.Module):
 
     def forward(
         self,
-        hidden: torch.Tensor,
+        output: torch.Tensor,
         targets: torch.Tensor,
         num_tokens: Optional[torch.Tensor] = None,
         num_digits: Optional[torch.Tensor] = None,
         spans: Optional[NumberSpans] = None,
         *,
+        path: LossPath,
         calls: LossCalls,
-        chunk_size: int,
     ) -> dict[str, torch.Tensor]:
-        weight = head_weight(self._model[0])  # whole here: gathered by ZeRO-3's pre-forward hook
-        out = loss_on_path(
-            "chunked",
+        # The weight is read here, inside the host's forward: whole, gathered by ZeRO-3's pre-forward hook.
+        out = path.score(
             calls,
-            hidden,
+            output,
             targets,
             num_tokens,
             num_digits,
-            head_weight=weight,
-            chunk_size=chunk_size,
+            head_weight=lambda: head_weight(self._model[0]),
             spans=spans,
         )
         named = {name: getattr(out, name) for name in LOSS_PARTS}

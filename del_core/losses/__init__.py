@@ -3,6 +3,8 @@
 :class:`LossSpec` is the one loss set-up of every way in (the training recipe's ``loss`` section,
 ``DELTrainer``'s arguments): it checks itself, builds the loss and knows the placeholder lambda of
 ``weight="auto"``; :func:`measure_auto_weight` measures that lambda for both trainers.
+:class:`LossPath` (built by name with :func:`build_loss_path`) is where a loss reads the model's
+scores, logits or chunked hidden states, for the trainer and the Trainer adapter alike.
 """
 
 from .auto_weight import (
@@ -24,7 +26,17 @@ from .catalog import (
     loss_class,
     loss_name,
 )
-from .loss_path import LOSS_PATHS, LossCalls, loss_on_path, loss_path_name
+from .loss_path import (
+    LOSS_PATHS,
+    CausalLMRun,
+    ChunkedPath,
+    LogitsPath,
+    LossCalls,
+    LossPath,
+    build_loss_path,
+    loss_on_path,
+    loss_path_name,
+)
 from .model_needs import build_loss_for_model, head_weight_copy, loss_needs
 from .spec import AUTO, KeySpelling, LossSpec, LossSpecError
 
@@ -33,15 +45,19 @@ __all__ = [
     "AUTO_PLACEHOLDER",
     "AutoWeight",
     "AutoWeightError",
+    "CausalLMRun",
+    "ChunkedPath",
     "DEFAULT_AUTO_RATIO",
     "DEL_DEFAULT_WEIGHT",
     "DIST2_DEFAULT_WEIGHT",
     "KeySpelling",
     "LOSS_NAMES",
     "LOSS_PATHS",
+    "LogitsPath",
     "LossCalls",
     "LossNeeds",
     "LossOutput",
+    "LossPath",
     "LossSpec",
     "LossSpecError",
     "NTL_DEFAULT_WEIGHT",
@@ -49,6 +65,7 @@ __all__ = [
     "WEIGHTED_LOSSES",
     "auto_weight",
     "build_loss",
+    "build_loss_path",
     "build_loss_for_model",
     "head_weight_copy",
     "loss_class",

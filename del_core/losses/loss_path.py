@@ -1,21 +1,30 @@
-"""Where a loss reads the model's scores: its logits, or its last hidden states chunk by chunk.
+"""Where a loss reads the model's scores: one object per path, used by every caller alike.
 
-Two paths, one name each (:data:`LOSS_PATHS`):
+A :class:`LossPath` decides both halves of a loss on a causal LM:
 
-* ``"logits"``: the model's logits [..., T, V] go to ``loss(logits, targets, ...)``;
-* ``"chunked"``: the last hidden states [..., T, H] (the LM head's input) and the LM-head weight
-  [V or V_local, H] go to ``loss.from_hidden``, ``chunk_size`` tokens at a time, so the [N, V]
-  logits are never held whole.
+* how the model runs (:meth:`LossPath.model_output`): the caller hands it a :class:`CausalLMRun`,
+  its own way of running its model (the trainer's objective, the Trainer adapter), and the path
+  asks it for what it scores;
+* how that is scored (:meth:`LossPath.score`): the loss's call on it, normalised by the given
+  global counts.
 
-:func:`loss_on_path` is the one place that branches between them; the training objective and the
-Hugging Face Trainer adapter both call it after running their model.
+Two paths, one name each (:data:`LOSS_PATHS`, built by name with :func:`build_loss_path`):
+
+* ``"logits"`` (:class:`LogitsPath`): the model's logits [..., T, V] go to ``loss(logits, targets, ...)``;
+* ``"chunked"`` (:class:`ChunkedPath`): the body's last hidden states [..., T, H] (the LM head's
+  input) and the LM-head weight [V or V_local, H] go to ``loss.from_hidden``, ``chunk_size`` tokens
+  at a time, so the [N, V] logits are never held whole.
+
+The callers never branch on the path: a variant (say, gathering the scored positions of the hidden
+states before the head) is one more subclass that asks the run for what it needs and scores it.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional, Protocol
 
 import torch
 
@@ -50,6 +59,145 @@ class LossCalls:
         return cls(loss.forward, loss.from_hidden)
 
 
+class CausalLMRun(Protocol):
+    """How a caller runs its causal LM on one batch; a path calls what it needs, once."""
+
+    def logits(self) -> torch.Tensor:
+        """The logits [..., T, V or V_local], one row per input position."""
+
+    def hidden_states(self) -> torch.Tensor:
+        """The body's last hidden states [..., T, H] (after the final norm: the LM head's input)."""
+
+    def head_weight(self) -> torch.Tensor:
+        """The LM-head weight [V or V_local, H] (the parameter: gradients flow into it), read when
+        the loss scores, after the model's forward."""
+
+
+class LossPath(ABC):
+    """One way from a causal LM to its loss; see the module doc.
+
+    ``reads_head_weight``: the loss reads the LM-head weight itself after the model's forward, so
+    an engine that partitions parameters must make that weight whole where the loss runs.
+    """
+
+    name: ClassVar[str]
+    reads_head_weight: ClassVar[bool]
+
+    def check_model(self, lm: torch.nn.Module) -> None:
+        """ValueError when ``lm`` (a Hugging Face causal LM) cannot be scored on this path;
+        every model can by default."""
+        return None
+
+    @abstractmethod
+    def model_output(self, run: CausalLMRun) -> torch.Tensor:
+        """Run the model as this path needs (through ``run``): the tensor :meth:`score` scores."""
+
+    @abstractmethod
+    def score(
+        self,
+        calls: LossCalls,
+        output: torch.Tensor,
+        targets: torch.Tensor,
+        num_tokens: Normaliser = None,
+        num_digits: Normaliser = None,
+        *,
+        head_weight: Optional[Callable[[], torch.Tensor]] = None,
+        vocab_slice: Optional[VocabSlice] = None,
+        spans: Optional[NumberSpans] = None,
+    ) -> LossOutput:
+        """The loss of ``targets`` [..., T] (aligned, -100 ignored) on ``output`` (from
+        :meth:`model_output`), with ``calls`` (the loss's own or compiled calls).
+
+        ``num_tokens``/``num_digits``: the global normalisers; ``head_weight``: reads the LM-head
+        weight [V or V_local, H] (called only where ``reads_head_weight``); ``vocab_slice``: this
+        process's vocabulary columns under tensor parallelism; ``spans``: the targets' number spans
+        if known."""
+
+
+class LogitsPath(LossPath):
+    """``"logits"``: the model's logits [..., T, V or V_local] go to ``loss(logits, targets, ...)``."""
+
+    name = "logits"
+    reads_head_weight = False
+
+    def model_output(self, run: CausalLMRun) -> torch.Tensor:
+        return run.logits()
+
+    def score(
+        self,
+        calls: LossCalls,
+        output: torch.Tensor,
+        targets: torch.Tensor,
+        num_tokens: Normaliser = None,
+        num_digits: Normaliser = None,
+        *,
+        head_weight: Optional[Callable[[], torch.Tensor]] = None,
+        vocab_slice: Optional[VocabSlice] = None,
+        spans: Optional[NumberSpans] = None,
+    ) -> LossOutput:
+        return calls.logits(output, targets, num_tokens, num_digits, vocab_slice=vocab_slice, spans=spans)
+
+
+class ChunkedPath(LossPath):
+    """``"chunked"``: the last hidden states [..., T, H] scored against the LM-head weight
+    ``chunk_size`` tokens at a time, or in ``num_chunks`` chunks (a fixed chunk count: one compiled
+    graph for every padded length, see ``NumericLoss.from_hidden``)."""
+
+    name = "chunked"
+    reads_head_weight = True
+
+    def __init__(self, chunk_size: int = 256, num_chunks: Optional[int] = None):
+        if chunk_size < 1:
+            raise ValueError(f"chunk_size={chunk_size}: must be >= 1")
+        self.chunk_size, self.num_chunks = chunk_size, num_chunks
+
+    def check_model(self, lm: torch.nn.Module) -> None:
+        head = lm.get_output_embeddings()
+        if getattr(head, "bias", None) is not None:
+            raise ValueError("loss_path=chunked needs an LM head without bias")
+        if getattr(lm.config, "final_logit_softcapping", None):
+            raise ValueError("loss_path=chunked does not support final_logit_softcapping models")
+
+    def model_output(self, run: CausalLMRun) -> torch.Tensor:
+        return run.hidden_states()
+
+    def score(
+        self,
+        calls: LossCalls,
+        output: torch.Tensor,
+        targets: torch.Tensor,
+        num_tokens: Normaliser = None,
+        num_digits: Normaliser = None,
+        *,
+        head_weight: Optional[Callable[[], torch.Tensor]] = None,
+        vocab_slice: Optional[VocabSlice] = None,
+        spans: Optional[NumberSpans] = None,
+    ) -> LossOutput:
+        if head_weight is None:
+            raise ValueError("the chunked loss path needs the LM-head weight [V, H]")
+        return calls.chunked(
+            output,
+            head_weight(),
+            targets,
+            num_tokens,
+            num_digits,
+            vocab_slice=vocab_slice,
+            chunk_size=self.chunk_size,
+            spans=spans,
+            num_chunks=self.num_chunks,
+        )
+
+
+def build_loss_path(
+    name: str, chunk_size: int = 256, num_chunks: Optional[int] = None, setting: str = "loss_path"
+) -> LossPath:
+    """The :class:`LossPath` called ``name`` (one of :data:`LOSS_PATHS`; ValueError naming
+    ``setting`` otherwise); ``chunk_size`` and ``num_chunks`` configure the chunked path."""
+    if loss_path_name(name, setting) == "chunked":
+        return ChunkedPath(chunk_size, num_chunks)
+    return LogitsPath()
+
+
 def loss_on_path(
     path: str,
     calls: LossCalls,
@@ -64,28 +212,19 @@ def loss_on_path(
     vocab_slice: Optional[VocabSlice] = None,
     spans: Optional[NumberSpans] = None,
 ) -> LossOutput:
-    """The loss of ``targets`` [..., T] (aligned, -100 ignored) on ``path`` (one of :data:`LOSS_PATHS`).
-
-    ``source``: the logits [..., T, V or V_local] on ``"logits"``; the last hidden states
-    [..., T, H] on ``"chunked"``, scored against ``head_weight`` [V or V_local, H] ``chunk_size``
-    tokens at a time (or in ``num_chunks`` chunks, see ``NumericLoss.from_hidden``).
-    ``num_tokens``/``num_digits``: the global normalisers; ``vocab_slice``: this process's
-    vocabulary columns under tensor parallelism; ``spans``: the targets' number spans if known.
-    """
-    if path == "logits":
-        return calls.logits(source, targets, num_tokens, num_digits, vocab_slice=vocab_slice, spans=spans)
-    if path != "chunked":
+    """:meth:`LossPath.score` of the path called ``path`` on a model output already at hand:
+    ``source`` is the logits [..., T, V or V_local] on ``"logits"``, the last hidden states
+    [..., T, H] on ``"chunked"``, scored against ``head_weight`` [V or V_local, H]."""
+    if path not in LOSS_PATHS:
         raise ValueError(f"unknown loss path {path!r}; choose one of {', '.join(LOSS_PATHS)}")
-    if head_weight is None:
-        raise ValueError("the chunked loss path needs the LM-head weight [V, H]")
-    return calls.chunked(
+    read_weight = None if head_weight is None else (lambda: head_weight)
+    return build_loss_path(path, chunk_size, num_chunks).score(
+        calls,
         source,
-        head_weight,
         targets,
         num_tokens,
         num_digits,
+        head_weight=read_weight,
         vocab_slice=vocab_slice,
-        chunk_size=chunk_size,
         spans=spans,
-        num_chunks=num_chunks,
     )

@@ -1,7 +1,8 @@
-"""Training under DeepSpeed: the trainer, its configuration and its parts.
+"""Training under either engine, DeepSpeed or torch FSDP2 (``parallel.engine``): the trainer, its
+configuration and its parts.
 
 Importing this package does not import DeepSpeed (only :mod:`del_core.engines.deepspeed` does, when a
-run starts).
+DeepSpeed run starts).
 
     from del_core.training import Trainer, load_train_config
 """

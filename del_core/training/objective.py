@@ -1,8 +1,9 @@
-"""The module DeepSpeed trains: a Hugging Face causal LM followed by a del_core loss.
+"""The module the engine trains (DeepSpeed or FSDP2): a Hugging Face causal LM followed by a del_core loss.
 
 The loss sits inside the engine's module so that everything it reads from the model (the LM-head
-weight for the chunked path) is read during the module's own forward and backward, where ZeRO-3 can
-gather it (the training entry point registers that weight as an external parameter).
+weight for the chunked path) is read during the module's own forward and backward, where the
+engine can make it whole (ZeRO-3: the training entry point registers that weight as an external
+parameter; FSDP2: the head's unit stays unsharded through the loss).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Optional
 import torch
 
 from del_core import LossOutput, NumberSpans, NumericLoss
-from del_core.losses import LossCalls, loss_on_path, loss_path_name
+from del_core.losses import LossCalls, LossPath, build_loss_path
 
 # The named scalars the objective returns per micro-batch: the differentiable loss parts and the
 # loss's detached metrics over the micro-batch (see del_core.LossOutput).
@@ -49,7 +50,8 @@ class CausalLMObjective(torch.nn.Module):
     ``attention_mask=None`` transformers then keeps attention inside each example).
     loss_path (:data:`del_core.losses.LOSS_PATHS`) "logits": the model's logits [B, T, V] go to the
     loss; "chunked": the last hidden states and the LM-head weight go to ``loss.from_hidden``,
-    ``chunk_size`` tokens at a time (:func:`del_core.losses.loss_on_path`).
+    ``chunk_size`` tokens at a time; ``path`` is that :class:`del_core.losses.LossPath`, which runs
+    the model (through :class:`ObjectiveRun`) and scores its output.
     num_tokens, num_digits: the global normalisers (0-dim tensors); spans: the targets'
     :class:`del_core.NumberSpans`, computed once where the batch was made.
     compile_loss: a :class:`LossCompilation` to run the loss under ``torch.compile`` (dynamic
@@ -68,21 +70,21 @@ class CausalLMObjective(torch.nn.Module):
         self.lm = lm
         # Not a submodule: its (frozen) buffers are no model state to partition, save or export.
         self._loss_fn = (loss_fn,)
-        self.loss_path = loss_path_name(loss_path, "loss_path")
         self.chunk_size = chunk_size
         self.compilation = compile_loss
+        self.path: LossPath = build_loss_path(loss_path, chunk_size, self._num_chunks(), "loss_path")
         self._compiled = None  # the compiled LossCalls, built on first use
         self.vocab_slice = None  # set by use_vocab_parallel_head under tensor parallelism
         self.tp_group = None
         # DeepSpeed's AutoTP installs its own vocab-parallel cross-entropy here when it makes the
         # LM head vocab-parallel; it is never called (the del_core loss reduces the shards).
         self.loss_function = None
-        if self.loss_path == "chunked":
-            head = lm.get_output_embeddings()
-            if getattr(head, "bias", None) is not None:
-                raise ValueError("loss_path=chunked needs an LM head without bias")
-            if getattr(lm.config, "final_logit_softcapping", None):
-                raise ValueError("loss_path=chunked does not support final_logit_softcapping models")
+        self.path.check_model(lm)
+
+    @property
+    def loss_path(self) -> str:
+        """The path's name, one of :data:`del_core.losses.LOSS_PATHS`."""
+        return self.path.name
 
     @property
     def loss_fn(self) -> NumericLoss:
@@ -133,31 +135,38 @@ class CausalLMObjective(torch.nn.Module):
         spans: Optional[NumberSpans] = None,
     ) -> dict[str, torch.Tensor]:
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        if self.loss_path == "logits":
-            source, weight = self.lm(**inputs).logits, None
-        else:
-            source, weight = self._last_hidden_states(inputs), self.head_weight()
-        out = loss_on_path(
-            self.loss_path,
+        output = self.path.model_output(ObjectiveRun(self, inputs))
+        out = self.path.score(
             self._loss_calls(),
-            source,
+            output,
             targets,
             num_tokens,
             num_digits,
-            head_weight=weight,
-            chunk_size=self.chunk_size,
-            num_chunks=self._num_chunks(),
+            head_weight=self.head_weight,
             vocab_slice=self.vocab_slice,
             spans=spans,
         )
         return as_named_tensors(out)
 
-    def _last_hidden_states(self, inputs: dict) -> torch.Tensor:
-        """The model body's output [B, T, H] (the LM head's input); under tensor parallelism
+
+class ObjectiveRun:
+    """The objective's :class:`del_core.losses.CausalLMRun`: its LM on one batch's ``inputs``."""
+
+    def __init__(self, objective: CausalLMObjective, inputs: dict):
+        self.objective, self.inputs = objective, inputs
+
+    def logits(self) -> torch.Tensor:
+        return self.objective.lm(**self.inputs).logits
+
+    def hidden_states(self) -> torch.Tensor:
+        """The model body's output [B, T, H] (the LM head is not run); under tensor parallelism
         entering the head's region, so that its gradient is summed over the group."""
-        hidden = self.lm.base_model(**inputs).last_hidden_state
-        if self.tp_group is not None:
+        hidden = self.objective.lm.base_model(**self.inputs).last_hidden_state
+        if self.objective.tp_group is not None:
             from del_core.parallel import copy_to_tensor_parallel_region
 
-            hidden = copy_to_tensor_parallel_region(hidden, self.tp_group)
+            hidden = copy_to_tensor_parallel_region(hidden, self.objective.tp_group)
         return hidden
+
+    def head_weight(self) -> torch.Tensor:
+        return self.objective.head_weight()

@@ -47,8 +47,7 @@ from del_core.parallel import ParallelDims, init_process_group, local_main_first
 from del_core.training.config import TrainConfig
 from del_core.training.deepspeed_config import build_ds_config
 from del_core.training.engine_setup import TrainingEngine, apply_optimizer_settings, setup_engine
-from del_core.training.heldout import HeldOutResult
-from del_core.training.heldout_history import HeldOutHistory
+from del_core.training.heldout import HeldOutHistory, HeldOutResult
 from del_core.training.loss_weight import run_auto_weight
 from del_core.training.model_export import ExportSource, export_model
 from del_core.training.model_setup import RunTokenizer, load_run_tokenizer, load_training_model, output_vocab_size

@@ -10,7 +10,7 @@ for ``--steps`` steps with ``recipes/train.py`` in one process (fp32, ZeRO-3, to
 checkpoint after every step) and reads each ``[checkpoint] step N saved to DIR in S s`` line: the
 whole save as a run does it (DeepSpeed's shards, the RNG state, the CRC-32 manifest, the marker).
 Size: the bytes of the checkpoint folder. The last lines give the median seconds per GB and, from
-:mod:`del_core.training.memory_model`, one rank's checkpoint of ``--model`` on ``--world`` GPUs
+:mod:`del_core.memory_model`, one rank's checkpoint of ``--model`` on ``--world`` GPUs
 (bf16 weights + fp32 master weights and AdamW moments: the memory model's ``weights`` +
 ``optimizer_states`` under ZeRO-3) with its save time at that rate on this disk.
 """
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from sequence_parallel_memory import save_char_model  # noqa: E402
 
-from del_core.training.memory_model import ModelShape, TrainShape, estimate, model_shape_of  # noqa: E402
+from del_core.memory_model import ModelShape, TrainShape, estimate, model_shape_of  # noqa: E402
 
 GB = 1e9
 SAVED = re.compile(r"\[checkpoint\] step (\d+) saved to (\S+) in ([\d.]+) s")

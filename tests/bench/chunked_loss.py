@@ -53,7 +53,7 @@ from bench_common import (
 from live_bytes import peak_live_bytes
 
 from del_core import build_loss
-from del_core.training.memory_model import LOSS_PER_TOKEN_BYTES, chunked_loss_peak_bytes
+from del_core.memory_model import LOSS_PER_TOKEN_BYTES, chunked_loss_peak_bytes
 
 # Qwen2.5-7B's LM head and a 6,000-token micro-batch: the shape the memory target is stated at.
 SHAPE_7B = {"n": 6000, "v": 152_064, "h": 3584}
@@ -116,7 +116,7 @@ def measure(step: Step, tensors, device, repeats: int, warmup: int) -> tuple[flo
 
 def predicted_peak_bytes(n: int, v: int, h: int, chunk: int, weight_bytes: int) -> int:
     """Peak extra memory of ``from_hidden`` + backward for a plain-CE loss (MLE, DEL, NTL, DIST2):
-    the memory model's formula (:func:`del_core.training.memory_model.chunked_loss_peak_bytes`),
+    the memory model's formula (:func:`del_core.memory_model.chunked_loss_peak_bytes`),
     which this script checks against measurements."""
     return chunked_loss_peak_bytes(n, v, h, chunk, weight_bytes)
 

@@ -5,7 +5,7 @@ measured after the first optimizer step of a real trainer set-up (not run by CI)
 
 prints one line per rank: the local shards' bytes (``FSDP2Engine.first_step_bytes``), which
 should be the single process's divided by N (rows are padded to a multiple of N), and beside them
-what the memory model (:func:`del_core.training.memory_model.model_state_bytes`, fully sharded
+what the memory model (:func:`del_core.memory_model.model_state_bytes`, fully sharded
 fp32 weights, gradients and AdamW moments) predicts for N ranks.
 """
 
@@ -16,9 +16,9 @@ import tempfile
 
 from transformers import AutoConfig
 
+from del_core.memory_model import ModelShape, TrainShape, model_state_bytes
 from del_core.parallel import destroy
 from del_core.training import load_train_config
-from del_core.training.memory_model import ModelShape, TrainShape, model_state_bytes
 from del_core.training.trainer import Trainer
 
 

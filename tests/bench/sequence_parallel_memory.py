@@ -1,5 +1,5 @@
 """Per-rank activation and loss memory of a training step under Ulysses sequence parallelism, measured
-on the CPU and compared with the memory model (``del_core/training/memory_model.py``).
+on the CPU and compared with the memory model (``del_core/memory_model.py``).
 
 Run (not part of CI; the default takes ~17 minutes on 2 busy CPU cores)::
 
@@ -47,7 +47,7 @@ REPO = HERE.parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "tests"), str(HERE)]
 
 from del_core.data.sequence_shards import padded_length  # noqa: E402
-from del_core.training.memory_model import ModelShape, TrainShape, estimate  # noqa: E402
+from del_core.memory_model import ModelShape, TrainShape, estimate  # noqa: E402
 from helpers.tiny_models import tiny_causal_lm  # noqa: E402
 from helpers.torchrun import torchrun_command  # noqa: E402
 

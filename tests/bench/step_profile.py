@@ -39,7 +39,7 @@ synchronous, so a timer adds no sync and measures its phase exactly:
   data      ``_micro_batches`` (collation, number spans, target-id check)
   counts    ``step_counts`` (the global normalisers, all-reduced)
   forward   the model's forward (``objective.lm``)
-  loss      the loss (``loss_on_path``, in the objective's forward)
+  loss      the loss (the loss path's ``score``, in the objective's forward)
   engine    the rest of DeepSpeed's forward (its hooks around the module)
   backward  ``engine.backward`` (with ZeRO-2's gradient hooks: bucketing and reducing as gradients come)
   optimizer ``engine.step`` (at the boundary: the last buckets, grad norm and clipping, AdamW, zeroing)
@@ -220,12 +220,12 @@ def install_phase_timers(trainer: Any, timers: PhaseTimers) -> None:
     """Wrap the trainer's calls (module functions the step looks up at call time, and the methods
     of its objects) so that each adds its time to its phase. The model and loss are timed inside
     the engine's forward: "engine" is the forward's remainder."""
-    from del_core.training import objective as objective_module
     from del_core.training import trainer as trainer_module
 
     trainer_module.step_counts = timers.wrap("counts", trainer_module.step_counts)
     trainer_module.read_step = timers.wrap("read", trainer_module.read_step)
-    objective_module.loss_on_path = timers.wrap("loss", objective_module.loss_on_path)
+    path = trainer.objective.path
+    path.score = timers.wrap("loss", path.score)
     trainer._micro_batches = timers.wrap("data", trainer._micro_batches)
     trainer.maybe_evaluate = timers.wrap("bookkeeping", trainer.maybe_evaluate)
     trainer.maybe_checkpoint = timers.wrap("bookkeeping", trainer.maybe_checkpoint)

@@ -161,7 +161,7 @@ def _score_in_container(image, folders, data_dir: Path, rows: list, *flags: str,
     name = f"pred-{time.monotonic_ns()}"
     pred = folders.runs / f"{name}.jsonl"
     pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ["--score-only", f"/runs/{pred.name}", "--data-dir", "/data", "--output", f"/runs/{name}-out.jsonl"]
+    args = [f"score_only=/runs/{pred.name}", "data_dir=/data", f"output=/runs/{name}-out.jsonl"]
     done = docker_launcher(
         ["--", "python", "recipes/evaluate.py", *args, *flags], folders.env(image.tag, DATA_DIR=str(data_dir), **env)
     )
@@ -177,8 +177,8 @@ def test_where_bubblewrap_fails_inside_evaluate_refuses_programs_unless_chosen(i
         "error: generated programs run only in bubblewrap's namespaces, which cannot be created here: "
         "bwrap failed (error, exit 1): bwrap: Can't mount proc on /newroot/proc: Operation not permitted. Fix: "
     )
-    assert "launch/docker.sh: SANDBOX_NAMESPACES=1" in line and "--sandbox basic" in line
-    for flags, env in ((("--sandbox", "basic"), {}), ((), {"DEL_SANDBOX_ACCEPT_BASIC": "1"})):
+    assert "launch/docker.sh: SANDBOX_NAMESPACES=1" in line and "sandbox=basic" in line
+    for flags, env in ((("sandbox=basic",), {}), ((), {"DEL_SANDBOX_ACCEPT_BASIC": "1"})):
         done, rows = _score_in_container(image, folders, data_dir, [PROGRAM_ROW, CHOICE_ROW], *flags, **env)
         assert done.returncode == 0, done.stderr
         scored = [(r["program_status"], r["answer"], r["correct"]) for r in rows]

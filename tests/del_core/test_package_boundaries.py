@@ -39,7 +39,7 @@ sys.meta_path.insert(0, Block())
         "del_core.console",
         "del_core.models",
         "del_core.training",
-        "del_core.training.plain_loop",
+        "del_core.plain_loop",
         "del_core.training.schedule",
         "del_core.engines",
         "del_core.engines.deepspeed",

@@ -1,5 +1,5 @@
 """recipes/evaluate.py end to end: a tiny random Qwen2 model (real Qwen2 tokenizer) on 5 questions of
-every benchmark on CPU, and the --score-only command line."""
+every benchmark on CPU, and the score_only command line."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 from del_core.data.prompting import format_prompt
 from del_core.evaluation.answers.scoring import is_correct
 from del_core.evaluation.benchmarks.config import load_eval_config
-from del_core.evaluation.benchmarks.data import load_benchmark
+from del_core.evaluation.benchmarks.files import load_benchmark
 from del_core.evaluation.benchmarks.prompts import CHOICE_RESPONSE_PREFIX, PROGRAM_SUFFIX
 from del_core.evaluation.benchmarks.runner import run
 from del_core.evaluation.question import BENCHMARKS
@@ -34,22 +34,14 @@ def test_tiny_model_runs_every_benchmark_end_to_end(tiny_model_dir, data_dir, tm
     config = load_eval_config(
         [
             str(tiny_model_dir),
-            "--data-dir",
-            str(data_dir),
-            "--limit",
-            "5",
-            "--backend",
-            "hf",
-            "--max-new-tokens",
-            "8",
-            "--batch-size",
-            "8",
-            "--threads",
-            "2",
-            "--workers",
-            "2",
-            "--output-dir",
-            str(out_dir),
+            f"data_dir={data_dir}",
+            "limit=5",
+            "backend=hf",
+            "max_new_tokens=8",
+            "batch_size=8",
+            "threads=2",
+            "workers=2",
+            f"output_dir={out_dir}",
         ]
     )
     code = run(config)
@@ -96,7 +88,7 @@ def _evaluate(args):
 def _score_only(tmp_path, rows, data_dir):
     pred, out = tmp_path / "pred.jsonl", tmp_path / "out.jsonl"
     pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return _evaluate(["--score-only", str(pred), "--data-dir", str(data_dir), "--output", str(out)]), out
+    return _evaluate([f"score_only={pred}", f"data_dir={data_dir}", f"output={out}"]), out
 
 
 def test_score_only_command_line(tmp_path, data_dir):
@@ -147,10 +139,10 @@ def test_score_only_names_the_bad_row(tmp_path, data_dir):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["/nonexistent/model", "--data-dir", "."], "model /nonexistent/model: no such file or directory"),
-        (["smollm2", "--bakend", "hf"], "unknown key 'bakend' (did you mean backend"),
-        (["smollm2", "--limit", "0"], "limit must be >= 1"),
-        (["--score-only", "pred.jsonl"], "--score-only needs --output OUT.jsonl"),
+        (["/nonexistent/model", "data_dir=."], "model /nonexistent/model: no such file or directory"),
+        (["smollm2", "bakend=hf"], "unknown key 'bakend' (did you mean backend"),
+        (["smollm2", "limit=0"], "limit must be >= 1"),
+        (["score_only=pred.jsonl"], "score_only needs output=OUT.jsonl"),
     ],
 )
 def test_bad_options_are_one_line_errors(args, message):
@@ -160,7 +152,7 @@ def test_bad_options_are_one_line_errors(args, message):
 
 
 def test_bad_input_stops_before_the_model_loads(tiny_model_dir, tmp_path):
-    done = _evaluate([str(tiny_model_dir), "--data-dir", str(tmp_path / "no-benchmarks")])
+    done = _evaluate([str(tiny_model_dir), f"data_dir={tmp_path / 'no-benchmarks'}"])
     assert (
         done.returncode == 2
         and done.stderr.strip() == f"error: benchmark directory not found: {tmp_path}/no-benchmarks"
@@ -168,10 +160,10 @@ def test_bad_input_stops_before_the_model_loads(tiny_model_dir, tmp_path):
     assert "[evaluate]" not in done.stderr  # printed once the model is loaded
     pred = tmp_path / "pred.jsonl"
     pred.write_text('{"benchmark": "gsm8k", "index": 0, "output": "1"}\nnot json\n')
-    done = _evaluate(["--score-only", str(pred), "--data-dir", str(tmp_path), "--output", str(tmp_path / "o.jsonl")])
+    done = _evaluate([f"score_only={pred}", f"data_dir={tmp_path}", f"output={tmp_path / 'o.jsonl'}"])
     assert done.returncode == 2 and done.stderr.startswith(f"error: {pred}: line 2: not valid JSON")
 
 
 def test_help_lists_the_options():
     done = _evaluate(["--help"])
-    assert done.returncode == 0 and "--score-only PRED.jsonl" in done.stdout and "--max-new-tokens N" in done.stdout
+    assert done.returncode == 0 and "score_only=PRED.jsonl" in done.stdout and "max_new_tokens=N" in done.stdout

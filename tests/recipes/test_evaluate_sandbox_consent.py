@@ -1,7 +1,7 @@
 """recipes/evaluate.py on a machine where bubblewrap cannot run (here: PATH without bwrap, so the
 real probe finds none): a program-of-thought benchmark is refused in one error line naming why and
-the fixes, before any model loads, unless the weaker layer is chosen on purpose (``--sandbox
-basic``, or ``DEL_SANDBOX_ACCEPT_BASIC=1`` for batch jobs); multiple-choice benchmarks, which run no
+the fixes, before any model loads, unless the weaker layer is chosen on purpose (``sandbox=basic``,
+or ``DEL_SANDBOX_ACCEPT_BASIC=1`` for batch jobs); multiple-choice benchmarks, which run no
 program, run either way. The same refusal inside a container whose bwrap really fails:
 tests/container/test_image.py."""
 
@@ -28,7 +28,7 @@ REFUSAL = (
     "bwrap is not installed (not on PATH). Fix: install bubblewrap (apt-get install bubblewrap); in a "
     "container, let it create namespaces (podman run --security-opt unmask=/proc/*; docker run --security-opt "
     "systempaths=unconfined --security-opt seccomp=unconfined; launch/docker.sh: SANDBOX_NAMESPACES=1); or "
-    "accept the weaker basic layer on purpose with --sandbox basic (DEL_SANDBOX_ACCEPT_BASIC=1 for batch jobs)"
+    "accept the weaker basic layer on purpose with sandbox=basic (DEL_SANDBOX_ACCEPT_BASIC=1 for batch jobs)"
 )
 
 
@@ -45,7 +45,7 @@ def _evaluate_without_bwrap(tmp_path: Path, args: list, **env) -> subprocess.Com
 def _score_only(tmp_path: Path, rows: list, data_dir: Path, *flags: str, **env):
     pred, out = tmp_path / "pred.jsonl", tmp_path / "out.jsonl"
     pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = ["--score-only", str(pred), "--data-dir", str(data_dir), "--output", str(out), *flags]
+    args = [f"score_only={pred}", f"data_dir={data_dir}", f"output={out}", *flags]
     return _evaluate_without_bwrap(tmp_path, args, **env), out
 
 
@@ -60,7 +60,7 @@ def test_a_program_benchmark_is_refused_in_one_line_naming_why_and_the_fix(tmp_p
 
 
 def test_sandbox_basic_runs_the_program_without_a_warning(tmp_path, data_dir):
-    done, out = _score_only(tmp_path, [PROGRAM_ROW, *CHOICE_ROWS], data_dir, "--sandbox", "basic")
+    done, out = _score_only(tmp_path, [PROGRAM_ROW, *CHOICE_ROWS], data_dir, "sandbox=basic")
     assert done.returncode == 0, done.stderr
     assert [(r["program_status"], r["answer"], r["correct"]) for r in _scored(out)] == [
         ("ok", "3.0", True),
@@ -95,17 +95,14 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_with_a_model_program_benchmarks_stop_before_loading_and_choice_runs(tiny_model_dir, data_dir, tmp_path):
-    common = [str(tiny_model_dir), "--data-dir", str(data_dir), "--limit", "2", "--max-new-tokens", "4"]
-    common += ["--backend", "hf", "--threads", "1"]
-    refused = _evaluate_without_bwrap(tmp_path, [*common, "--benchmarks", "gsm8k,aqua", "--output-dir", str(tmp_path)])
+    common = [str(tiny_model_dir), f"data_dir={data_dir}", "limit=2", "max_new_tokens=4", "backend=hf", "threads=1"]
+    refused = _evaluate_without_bwrap(tmp_path, [*common, "benchmarks=gsm8k,aqua", f"output_dir={tmp_path}"])
     assert refused.returncode == 2 and refused.stderr.splitlines() == [REFUSAL], refused.stderr
-    choice = _evaluate_without_bwrap(
-        tmp_path, [*common, "--benchmarks", "aqua,sat", "--output-dir", str(tmp_path / "c")]
-    )
+    choice = _evaluate_without_bwrap(tmp_path, [*common, "benchmarks=aqua,sat", f"output_dir={tmp_path / 'c'}"])
     assert choice.returncode == 0, choice.stderr
     summary = json.loads((tmp_path / "c" / "summary.json").read_text())
     assert {name: stats["n"] for name, stats in summary["benchmarks"].items()} == {"aqua": 2, "sat": 2}
-    chosen = [*common, "--benchmarks", "gsm8k", "--sandbox", "basic", "--output-dir", str(tmp_path / "p")]
+    chosen = [*common, "benchmarks=gsm8k", "sandbox=basic", f"output_dir={tmp_path / 'p'}"]
     assert _evaluate_without_bwrap(tmp_path, chosen).returncode == 0
     rows = [json.loads(line) for line in (tmp_path / "p" / "predictions.jsonl").read_text().splitlines()]
     assert [(r["benchmark"], r["index"]) for r in rows] == [("gsm8k", 0), ("gsm8k", 1)]

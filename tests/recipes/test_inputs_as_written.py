@@ -1,6 +1,6 @@
 """Bad inputs stop the entry scripts with one line naming what is wrong, before anything heavy
 loads and before anything is written (issue 29 item 5): a negative lambda, a data row that is not
-UTF-8, an empty predictions file for --score-only (which never touches an existing output)."""
+UTF-8, an empty predictions file for score_only (which never touches an existing output)."""
 
 from __future__ import annotations
 
@@ -49,12 +49,12 @@ def _evaluate_main():
 def test_score_only_refuses_no_rows_and_keeps_the_output(tmp_path, data_dir, capsys):
     main = _evaluate_main()
     pred, out = tmp_path / "pred.jsonl", tmp_path / "scored.jsonl"
-    args = ["--score-only", str(pred), "--data-dir", str(data_dir), "--output", str(out), "--sandbox", "basic"]
+    args = [f"score_only={pred}", f"data_dir={data_dir}", f"output={out}", "sandbox=basic"]
     out.write_text('{"earlier": "result"}\n')
     for text in ("", "\n  \n"):  # today: exit 0, "mACC": null, and the output truncated to 0 bytes
         pred.write_text(text)
         assert main(args) == 2
-        _one_line_error(capsys.readouterr().err, f"--score-only file {pred} holds no rows (nothing to score)")
+        _one_line_error(capsys.readouterr().err, f"score_only file {pred} holds no rows (nothing to score)")
         assert out.read_text() == '{"earlier": "result"}\n'
     pred.write_text(json.dumps({"benchmark": "gsm8k", "index": 0, "output": "The answer is 18."}) + "\n")
     assert main(args) == 0

@@ -25,8 +25,7 @@ def tiny_model_dir(tmp_path_factory):
 
 
 def test_demo_runs_end_to_end(tiny_model_dir):
-    args = ["--model", str(tiny_model_dir), "--eval-problems", "3", "--steps", "2", "--batch-size", "2"]
-    args += ["--threads", "1"]
+    args = [f"model={tiny_model_dir}", "eval_problems=3", "steps=2", "batch_size=2", "threads=1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(
         [sys.executable, str(DEMO), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from del_core.memory_model import KNOWN_MODELS, TrainShape, estimate
 from del_core.training import load_train_config
-from del_core.training.memory_model import KNOWN_MODELS, TrainShape, estimate
 from helpers.shared import REPO
 
 pytestmark = [pytest.mark.launches, pytest.mark.slow]

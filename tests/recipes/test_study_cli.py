@@ -35,7 +35,7 @@ def _study(args, timeout=240):
 
 def test_a_bad_key_is_a_one_line_error_before_anything_runs(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    args = [str(CPU_CONFIG), "--output_root", str(tmp_path / "study"), "--optimizer.lrr", "1"]
+    args = [str(CPU_CONFIG), f"output_root={tmp_path / 'study'}", "optimizer.lrr=1"]
     proc = subprocess.run(
         [sys.executable, str(STUDY), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
     )
@@ -51,12 +51,12 @@ def test_study_smoke_two_losses_one_seed_then_resume(tmp_path):
         pytest.skip("shared material not found: set DEL_SHARED_DIR")
     model = make_tiny_qwen2(tmp_path / "tiny-qwen2", real_tokenizer("qwen2"))
     out = tmp_path / "study"
-    args = [str(CPU_CONFIG), "--model", str(model), "--losses", "mle,del", "--seeds", "0", "--output_root", str(out),
-            "--max_steps", "2", "--global_batch_size", "4", "--micro_batch_size", "4", "--lr", "1e-3",
-            "--train_size", "24", "--heldout_size", "4", "--heldout_generate", "3", "--heldout_max_new_tokens", "6",
-            "--benchmarks", "gsm8k,svamp", "--benchmark-dir", str(root / "data" / "benchmarks"),
-            "--benchmark_limit", "2", "--benchmark_max_new_tokens", "8", "--threads", "1",
-            "--cache_dir", str(tmp_path / "cache")]  # fmt: skip
+    args = [str(CPU_CONFIG), f"model={model}", "losses=mle,del", "seeds=0", f"output_root={out}",
+            "run.max_steps=2", "run.global_batch_size=4", "run.micro_batch_size=4", "optimizer.lr=1e-3",
+            "train_size=24", "heldout_size=4", "heldout_generate=3", "heldout_max_new_tokens=6",
+            "benchmarks=gsm8k,svamp", f"benchmark_dir={root / 'data' / 'benchmarks'}",
+            "benchmark_limit=2", "benchmark_max_new_tokens=8", "threads=1",
+            f"model.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
     first, _ = _study(args)
     assert "3/3 del seed 0" in first.stdout and "ETA" in first.stdout
     assert first.stdout.count("trained in") == 2

@@ -20,7 +20,7 @@ from pathlib import Path
 from del_core.data.jsonl import JsonlError, iter_jsonl, write_jsonl
 from del_core.evaluation.answers.scoring import summarise
 from del_core.evaluation.benchmarks.config import EvalConfig
-from del_core.evaluation.benchmarks.data import data_dir_from, load_benchmark
+from del_core.evaluation.benchmarks.files import data_dir_from, load_benchmark
 from del_core.evaluation.benchmarks.sandbox_consent import check_sandbox
 from del_core.evaluation.benchmarks.scored_rows import Reading, read_program_outputs, scored_row, text_answer
 from del_core.evaluation.benchmarks.summary_table import format_table
@@ -31,7 +31,7 @@ MODES = ("auto", "pot", "cot")  # how a saved output is read: see score_outputs
 
 
 class PredictionsError(ValueError):
-    """A ``--score-only`` file, line or field that cannot be re-scored."""
+    """A ``score_only`` file, line or field that cannot be re-scored."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +62,13 @@ def _check_prediction(row: dict, where: str) -> Prediction:
 def read_predictions(path: Path) -> list[Prediction]:
     """The rows of a score_only input; :class:`PredictionsError` names the first bad line and field."""
     if not path.is_file():
-        raise PredictionsError(f"--score-only file not found: {path}")
+        raise PredictionsError(f"score_only file not found: {path}")
     try:
         predictions = [_check_prediction(row, f"{path} line {number}") for number, row in iter_jsonl(path)]
     except JsonlError as err:
         raise PredictionsError(str(err)) from None
     if not predictions:
-        raise PredictionsError(f"--score-only file {path} holds no rows (nothing to score)")
+        raise PredictionsError(f"score_only file {path} holds no rows (nothing to score)")
     return predictions
 
 

@@ -3,7 +3,7 @@
 Evaluating (:func:`evaluate_model`) writes OUTPUT_DIR/predictions.jsonl (one row per question:
 prompt, output, program, answer, gold, correct; :mod:`.scored_rows`) and OUTPUT_DIR/summary.json
 (accuracy per benchmark, mACC, MAE, log-MAE, per-place digit accuracy, and the run's ``config``),
-and prints the table. Re-scoring a ``--score-only`` file is :func:`.rescoring.rescore`. Every
+and prints the table. Re-scoring a ``score_only`` file is :func:`.rescoring.rescore`. Every
 output file is replaced atomically once its contents exist, so a failed run leaves an earlier
 output as it was.
 
@@ -23,7 +23,7 @@ from del_core.data.prompting import PromptFormat
 from del_core.data.rows import DataError
 from del_core.evaluation.answers.scoring import summarise
 from del_core.evaluation.benchmarks.config import EvalConfig
-from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
+from del_core.evaluation.benchmarks.files import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from del_core.evaluation.benchmarks.rescoring import PredictionsError, rescore
 from del_core.evaluation.benchmarks.sandbox_consent import check_sandbox
 from del_core.evaluation.benchmarks.summary_table import format_table

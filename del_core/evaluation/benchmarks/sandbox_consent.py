@@ -2,7 +2,7 @@
 
 An open-ended benchmark's output may be a program, which the evaluator runs in the sandbox; a
 multiple-choice benchmark's output never is. So the check, and with it the consent rule of
-``--sandbox auto`` (:func:`del_core.evaluation.sandbox.harness.resolve_mode`), applies only where
+``sandbox=auto`` (:func:`del_core.evaluation.sandbox.harness.resolve_mode`), applies only where
 one of the benchmarks is open-ended, and it runs before any model loads.
 """
 

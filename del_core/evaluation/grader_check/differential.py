@@ -160,7 +160,7 @@ def run_corpus(
     data_dir, benchmarks: Sequence[str], problems: int, graders: Sequence[str] = tuple(GRADERS), seed: int = 0
 ) -> list[GradedItem]:
     """Build the corpus of ``problems`` records per benchmark and grade it."""
-    from del_core.evaluation.benchmarks.data import load_benchmark
+    from del_core.evaluation.benchmarks.files import load_benchmark
     from del_core.evaluation.grader_check.corpus import build_corpus
 
     graded = []

@@ -314,7 +314,7 @@ FIXES = (
     "install bubblewrap (apt-get install bubblewrap); in a container, let it create namespaces "
     "(podman run --security-opt unmask=/proc/*; docker run --security-opt systempaths=unconfined "
     "--security-opt seccomp=unconfined; launch/docker.sh: SANDBOX_NAMESPACES=1); or accept the weaker "
-    f"basic layer on purpose with --sandbox basic ({CONSENT_ENV}=1 for batch jobs)"
+    f"basic layer on purpose with sandbox=basic ({CONSENT_ENV}=1 for batch jobs)"
 )
 REFUSAL = "generated programs run only in bubblewrap's namespaces, which cannot be created here: {why}. Fix: " + FIXES
 FALLBACK_WARNING = (

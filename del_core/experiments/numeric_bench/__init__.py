@@ -6,7 +6,7 @@ confidence intervals.
     tasks           the seeded problem generator and its disjoint train / validation / test / OOD splits
     char_tokenizer  a character-level tokenizer (``tokenizers``) with one token per digit; encodes problems
     run_unit        one unit: build the model, train it with the plain loop
-                    (:mod:`del_core.training.plain_loop`), score it, write its done marker
+                    (:mod:`del_core.plain_loop`), score it, write its done marker
     score_unit      greedy answers -> exact match, MAE, log-MAE, per-place digit accuracy; teacher-forced
                     metrics from :mod:`del_core.evaluation.heldout.teacher_forced`
     protocol        lambda chosen on validation per loss, then the test seeds: the grid, resumable

@@ -6,7 +6,7 @@ seed's initial weights, scored like "test"), and its result the core's one unit 
 (:class:`~del_core.experiments.results.UnitResult`, with one EvalResult per split). A run is a
 function of its unit and the benchmark configuration: the seed fixes the initial weights and the
 order of the training problems, so every loss sees the same model and the same batches. Training
-is the project's plain-PyTorch loop (:mod:`del_core.training.plain_loop`) rather than the DeepSpeed
+is the project's plain-PyTorch loop (:mod:`del_core.plain_loop`) rather than the DeepSpeed
 trainer: a benchmark is a hundred runs of well under a minute each, on models of a few hundred
 thousand parameters, where the engine's start-up alone would dominate.
 """
@@ -20,7 +20,7 @@ from typing import Optional
 
 import torch
 
-from del_core import DigitVocab, NumericLoss
+from del_core import DigitVocab, NumericLoss, plain_loop
 from del_core.data.tokenized import Example, TokenBatch, collate
 from del_core.experiments.grid import Unit
 from del_core.experiments.numeric_bench.char_tokenizer import build_tokenizer, encode_examples
@@ -29,8 +29,7 @@ from del_core.experiments.numeric_bench.score_unit import EvalResult, evaluate
 from del_core.experiments.numeric_bench.tasks import make_split
 from del_core.experiments.output_root import read_marker, write_marker
 from del_core.experiments.results import UnitResult
-from del_core.training import plain_loop
-from del_core.training.plain_loop import PlainLoopConfig, make_loss
+from del_core.plain_loop import PlainLoopConfig, make_loss
 
 
 def build_model(config: NumericBenchConfig, vocab_size: int, seed: int) -> torch.nn.Module:
@@ -76,7 +75,7 @@ def loop_config(config: NumericBenchConfig) -> PlainLoopConfig:
 
 
 def train(config: NumericBenchConfig, spec: Unit, model, loss_fn: NumericLoss, tokenizer) -> list[dict[str, float]]:
-    """``config.steps`` steps of the plain loop (:mod:`del_core.training.plain_loop`) on
+    """``config.steps`` steps of the plain loop (:mod:`del_core.plain_loop`) on
     ``config.batch_size`` training problems each (the order a function of the seed); returns the
     curve (loss, ce, aux at step 1 and every ``config.log_every`` steps)."""
     examples = training_examples(config.train_size, config.digits, tuple(config.tasks))

@@ -5,9 +5,10 @@ its output layout :class:`StudyPaths`, and the training configuration of each ru
     config = load_study_config("recipes/configs/study-cpu.yaml", ["losses=mle,del", "max_steps=2"])
 
 Overrides are ``key=value``: a key of :class:`StudyConfig` sets the study; a training key
-(``run.max_steps``, ``optimizer.lr``, or the short ``max_steps``, ``lr`` of
-:data:`~del_core.training.config.SHORT_KEYS`; also ``train.<key>`` or ``train={run: {max_steps: 2}}``)
-goes to the ``train`` section, shared by every run. The training keys are read by the training
+(``run.max_steps``, ``optimizer.lr``; also ``train.<key>`` or ``train={run: {max_steps: 2}}``)
+goes to the ``train`` section, shared by every run. The short forms of
+:data:`~del_core.training.config.SHORT_KEYS` (``max_steps``, ``lr``) are deprecated: still placed,
+with a warning naming the dotted key. The training keys are read by the training
 configuration's own loader (:func:`del_core.config.placed_keys` with
 :data:`~del_core.training.config.TRAIN_ALIASES`): an unknown one is named with the closest known keys,
 a removed one (``loss_weight``) with the key that replaced it.
@@ -24,7 +25,7 @@ from typing import Any, Optional
 
 import yaml
 
-from del_core.config import ConfigError, config_to_dict, load_config, placed_keys
+from del_core.config import ConfigError, config_to_dict, load_config, placed_keys, warn_deprecated
 from del_core.losses import LOSS_NAMES
 from del_core.models.sources import ModelSourceError, check_model_source
 from del_core.training.config import SHORT_KEYS, TRAIN_ALIASES, TrainConfig
@@ -48,7 +49,7 @@ class StudyConfig:
     # loss -> lambda, or "auto" (lambda from the first batch, docs/lambda.md); absent = the loss's default
     loss_weights: dict[str, Any] = field(default_factory=dict)
     auto_ratios: dict[str, float] = field(default_factory=dict)  # loss -> loss.auto_ratio of its "auto"
-    # data (del_core.experiments.study.data)
+    # data (del_core.experiments.study.problem_rows)
     problem_set: str = "study"  # a problem set of del_core.data.synthetic (study, basic, training)
     solution_style: str = "steps"  # rows not written as programs: steps, or equation (the steps alone)
     data_seed: int = 1234
@@ -100,7 +101,7 @@ class StudyConfig:
         if self.eval_backend not in ("hf", "vllm", "auto"):
             raise ConfigError(f"eval_backend must be hf, vllm or auto, got {self.eval_backend!r}")
         if self.benchmarks:
-            from del_core.evaluation.benchmarks.data import BenchmarkError, parse_benchmark_list
+            from del_core.evaluation.benchmarks.files import BenchmarkError, parse_benchmark_list
 
             try:
                 parse_benchmark_list(",".join(self.benchmarks))
@@ -205,8 +206,11 @@ def _is_training_key(key: str) -> bool:
 
 
 def _dotted_training_key(key: str) -> str:
-    """``key`` (``train.`` prefix optional) at its dotted place when it is a short form."""
+    """``key`` (``train.`` prefix optional) at its dotted place when it is a short form (deprecated:
+    a warning names the dotted key)."""
     key = key.removeprefix("train.")
+    if key in SHORT_KEYS:
+        warn_deprecated(f"the study's short training key '{key}'", f"'{SHORT_KEYS[key]}'")
     return SHORT_KEYS.get(key, key)
 
 

@@ -3,7 +3,7 @@
 The output root is claimed first (:func:`del_core.experiments.output_root.claim`: a study with
 other result-changing settings there is refused). Steps (in this order; each is skipped when its
 done markers exist, so an interrupted study continues):
-  data       OUTPUT_ROOT/data/{train,heldout}.jsonl (:mod:`del_core.experiments.study.data`)
+  data       OUTPUT_ROOT/data/{train,heldout}.jsonl (:mod:`del_core.experiments.study.problem_rows`)
   reference  the starting model evaluated like the runs: OUTPUT_ROOT/pretrained/{heldout,benchmarks}/
   runs       the seed-major grid of (loss, seed) units (:mod:`del_core.experiments.grid`): each
              trained into OUTPUT_ROOT/<loss>/seed<k>/ (:mod:`del_core.experiments.study.train_unit`),
@@ -22,14 +22,14 @@ from typing import Optional
 
 import yaml
 
-from del_core.config import ConfigError, config_to_dict, split_command_line
+from del_core.config import HELP_FLAGS, ConfigError, config_to_dict, keys_help, split_command_line
 from del_core.data.jsonl import JsonlAppender, read_jsonl
 from del_core.experiments import output_root
 from del_core.experiments.grid import Unit, seed_major_grid
 from del_core.experiments.output_root import read_marker
 from del_core.experiments.study.config import RESUMABLE_KEYS, StudyConfig, StudyError, StudyPaths, load_study_config
-from del_core.experiments.study.data import HeldOutRows, heldout_rows, prepare_data
 from del_core.experiments.study.metrics import collect_results
+from del_core.experiments.study.problem_rows import HeldOutRows, heldout_rows, prepare_data
 from del_core.experiments.study.report import write_report
 from del_core.experiments.study.score_unit import (
     benchmark_dir,
@@ -169,11 +169,13 @@ def _report_only(overrides: Sequence[str]) -> tuple[bool, list[str]]:
 
 
 def main(argv: Sequence[str], usage: str = "") -> int:
-    """The study's command line: ``[STUDY.yaml] [--report-only] [--key value | key=value ...]``;
-    exit status 0, or 2 with a one-line error on stderr. The caller sets OMP_WAIT_POLICY before
-    torch loads (``recipes/study.py``)."""
-    if argv and argv[0] in ("-h", "--help"):
-        print(usage or __doc__)
+    """The study's command line: ``[STUDY.yaml] [report_only=true] [key=value ...]``; exit status
+    0, or 2 with a one-line error on stderr. The caller sets OMP_WAIT_POLICY before torch loads
+    (``recipes/study.py``)."""
+    if argv and argv[0] in HELP_FLAGS:
+        print(f"{usage or __doc__}\nStudy keys (key=value):\n{keys_help(StudyConfig)}")
+        print("  report_only=false                tables and plot from the finished runs, running nothing")
+        print("Training keys (dotted, for every run): recipes/train.py --help")
         return 0
     try:
         recipe, overrides = split_command_line(argv)

@@ -197,7 +197,7 @@ def markdown(results: dict) -> str:
 
 def _time_lines(results: dict) -> list[str]:
     """The study's cost: the units' own times (each unit's last run, so a resumed study still adds
-    up to one whole run) and the wall time of the invocation that ran them (absent for --report-only)."""
+    up to one whole run) and the wall time of the invocation that ran them (absent for report_only=true)."""
     lines = []
     units = results.get("unit_times_s") or {}
     if units:

@@ -145,7 +145,7 @@ def benchmark_dir(config: StudyConfig) -> Optional[Path]:
     skipping = f"skipping {', '.join(config.benchmarks)}"
     if not value:
         print(
-            f"[study] no benchmark directory (pass --benchmark-dir DIR or set DEL_BENCHMARK_DIR): {skipping}",
+            f"[study] no benchmark directory (pass benchmark_dir=DIR or set DEL_BENCHMARK_DIR): {skipping}",
             flush=True,
         )
         return None

@@ -4,25 +4,51 @@ overrides, the removed flat keys of release 0.1, and errors that name the key an
 from __future__ import annotations
 
 import typing
+import warnings
 
 import pytest
 
-from del_core.config import ConfigError, config_to_dict, split_command_line
+from del_core.config import ConfigError, config_to_dict, keys_help, split_command_line
 from del_core.training.config import SHORT_KEYS, TRAIN_ALIASES, TrainConfig, load_train_config
 from helpers.shared import REPO
 
 CONFIGS = REPO / "recipes" / "configs"
 
 
-def test_split_command_line_accepts_every_form():
-    recipe, overrides = split_command_line(
-        ["r.yaml", "loss=mle", "--run.max-steps", "3", "--packing=true", "--report-only", "x.y=1", "--local_rank=0"]
-    )
+def test_split_command_line_reads_key_value_without_a_warning():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        recipe, overrides = split_command_line(["r.yaml", "loss=mle", "run.max_steps=3", "x.y=1", "--local_rank=0"])
     assert recipe == "r.yaml"
-    assert overrides == ["loss=mle", "run.max_steps=3", "packing=true", "report_only=true", "x.y=1"]
+    assert overrides == ["loss=mle", "run.max_steps=3", "x.y=1"]
     assert split_command_line(["loss=mle"]) == (None, ["loss=mle"])
-    with pytest.raises(ConfigError, match="unexpected argument 'stray'"):
+    with pytest.raises(ConfigError, match="unexpected argument 'stray' \\(expected key=value\\)"):
         split_command_line(["r.yaml", "stray"])
+
+
+def test_the_0_1_option_forms_are_deprecated_and_read_as_key_value():
+    """``--key value``, ``--key=value`` and a bare ``--flag`` give the overrides of ``key=value``,
+    each warning with the spelling that replaces it."""
+    old = ["r.yaml", "loss=mle", "--run.max-steps", "3", "--packing=true", "--report-only", "x.y=1", "--local_rank=0"]
+    new = ["r.yaml", "loss=mle", "run.max_steps=3", "packing=true", "report_only=true", "x.y=1"]
+    with pytest.warns(FutureWarning) as caught:
+        assert split_command_line(old) == split_command_line(new)
+    assert [str(w.message) for w in caught] == [
+        f"the option {was} is deprecated and will be removed in 0.4; use {now}"
+        for was, now in [
+            ("'--run.max-steps 3'", "'run.max_steps=3'"),
+            ("'--packing=true'", "'packing=true'"),
+            ("'--report-only'", "'report_only=true'"),
+        ]
+    ]
+
+
+def test_keys_help_lists_every_dotted_key_with_its_default():
+    lines = keys_help(TrainConfig).splitlines()
+    listed = [line.split()[0].partition("=")[0] for line in lines]
+    defaults = config_to_dict(TrainConfig())  # the reference: the configuration mechanism's own view
+    assert listed == [f"{section}.{key}" for section, values in defaults.items() for key in values]
+    assert "  optimizer.lr=5e-06" in lines
 
 
 def test_recipe_then_dotted_overrides(tmp_path):

@@ -185,19 +185,19 @@ def test_the_evaluation_config_takes_a_system_prompt_and_keeps_an_empty_one_from
     recipe = tmp_path / "eval.yaml"
     recipe.write_text('model: smollm2\nprompt_format: chat\nsystem_prompt: ""\n')
     assert load_eval_config([str(recipe)]).system_prompt == ""
-    assert load_eval_config([str(recipe), "--system-prompt", "Be brief."]).system_prompt == "Be brief."
-    assert load_eval_config(["smollm2", "--prompt-format", "chat"]).system_prompt is None
+    assert load_eval_config([str(recipe), "system_prompt=Be brief."]).system_prompt == "Be brief."
+    assert load_eval_config(["smollm2", "prompt_format=chat"]).system_prompt is None
     with pytest.raises(ConfigError, match="system_prompt needs prompt_format chat"):
-        load_eval_config(["smollm2", "--system-prompt", "Be brief."])
+        load_eval_config(["smollm2", "system_prompt=Be brief."])
 
 
 def test_the_evaluation_config_takes_the_prompt_format():
-    assert load_eval_config(["smollm2", "--prompt-format", "chat"]).prompt_format == "chat"
+    assert load_eval_config(["smollm2", "prompt_format=chat"]).prompt_format == "chat"
     assert load_eval_config(["smollm2"]).prompt_format == "alpaca"
     from del_core.config import ConfigError
 
     with pytest.raises(ConfigError, match="prompt_format must be one of alpaca, chat"):
-        load_eval_config(["smollm2", "--prompt-format", "sharegpt"])
+        load_eval_config(["smollm2", "prompt_format=sharegpt"])
 
 
 def test_a_held_out_rows_prompt_is_its_training_prefix_before_the_last_answer(smollm2):

@@ -9,7 +9,7 @@ from del_core.evaluation.answers.math_equivalence import math_equivalent
 from del_core.evaluation.answers.numbers import find_numbers, numbers_match
 from del_core.evaluation.answers.program_output import answer_from_program_output, program_from_output
 from del_core.evaluation.answers.scoring import is_correct, summarise
-from del_core.evaluation.benchmarks.data import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
+from del_core.evaluation.benchmarks.files import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from del_core.evaluation.question import Record
 
 CHOICES = ("p = 4", "p = 8", "p = 12", "p = 24")

@@ -18,7 +18,7 @@ import pytest
 from del_core.data.jsonl import JsonlError, iter_jsonl
 from del_core.evaluation.answers.extract import answer_from_text
 from del_core.evaluation.answers.scoring import is_correct
-from del_core.evaluation.benchmarks.data import load_benchmark
+from del_core.evaluation.benchmarks.files import load_benchmark
 from del_core.evaluation.question import BENCHMARKS, MULTIPLE_CHOICE
 from helpers.shared import benchmark_dir
 

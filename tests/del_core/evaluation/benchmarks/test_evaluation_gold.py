@@ -10,7 +10,7 @@ from del_core.evaluation.answers.extract import answer_from_text
 from del_core.evaluation.answers.numbers import parse_number
 from del_core.evaluation.answers.program_output import answer_from_program_output, program_from_output
 from del_core.evaluation.answers.scoring import is_correct, summarise
-from del_core.evaluation.benchmarks.data import load_benchmark
+from del_core.evaluation.benchmarks.files import load_benchmark
 from del_core.evaluation.benchmarks.rescoring import score_outputs
 from del_core.evaluation.question import BENCHMARKS, LETTERS, OPEN_ENDED
 from del_core.evaluation.sandbox.harness import SandboxLimits

@@ -265,11 +265,11 @@ def _recipe():
 
 def test_recipe_writes_the_report(data_dir, tmp_path, capsys):
     out = tmp_path / "report.md"
-    argv = ["--data-dir", str(data_dir), "--benchmarks", "gsm8k", "--problems", "3", "--graders", "strict"]
-    assert _recipe().main(argv + ["--out", str(out)]) == 0
+    argv = [f"data_dir={data_dir}", "benchmarks=gsm8k", "problems=3", "graders=strict"]
+    assert _recipe().main(argv + [f"out={out}"]) == 0
     text = out.read_text()
     assert "| gsm8k | development | 63 | 0 (0.0%) | 0/12 |" in text
     assert "| gsm8k | held-out | 57 | 0 (0.0%) | 0/12 |" in text
     assert "### project vs strict" in text
-    assert _recipe().main(argv[:4] + ["--graders", "nope"]) == 2
+    assert _recipe().main(argv[:3] + ["graders=nope"]) == 2
     assert "unknown grader(s) ['nope']" in capsys.readouterr().err

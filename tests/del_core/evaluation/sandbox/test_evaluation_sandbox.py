@@ -169,7 +169,7 @@ def test_without_bubblewrap_auto_and_namespaces_refuse_naming_why_and_the_fix(no
         run_programs(["print(1)", "print(2)"], LIMITS, workers=2)
     message = str(refused.value)
     assert "\n" not in message and "cannot be created here: bwrap is not installed (not on PATH)" in message
-    assert "install bubblewrap" in message and "--sandbox basic" in message and "DEL_SANDBOX_ACCEPT_BASIC=1" in message
+    assert "install bubblewrap" in message and "sandbox=basic" in message and "DEL_SANDBOX_ACCEPT_BASIC=1" in message
     assert "unmask=/proc/*" in message and "systempaths=unconfined" in message
     assert run_programs([], LIMITS) == []  # nothing to run: nothing refused
     assert capsys.readouterr().err == ""

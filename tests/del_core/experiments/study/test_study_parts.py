@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import math
+import warnings
 from decimal import Decimal
 from pathlib import Path
 
@@ -32,8 +33,8 @@ from del_core.experiments.study import (
     run_metrics,
     train_config,
 )
-from del_core.experiments.study.data import make_rows, make_splits, prepare_data
 from del_core.experiments.study.metrics import comparisons as compare_with_baseline
+from del_core.experiments.study.problem_rows import make_rows, make_splits, prepare_data
 from del_core.experiments.study.report import markdown, plot_panels, verdicts
 from del_core.experiments.study.score_unit import benchmark_config
 from del_core.training.config import TrainConfig
@@ -267,7 +268,7 @@ def test_config_errors_name_the_key(tmp_path):
     with pytest.raises(StudyError, match="unknown key 'stepz'"):
         load_study_config(CPU_CONFIG, ["stepz=3"])
     with pytest.raises(StudyError, match="'run.seed' is set by the study"):
-        load_study_config(CPU_CONFIG, ["seed=3"])
+        load_study_config(CPU_CONFIG, ["run.seed=3"])
     with pytest.raises(StudyError, match="losses: unknown"):
         load_study_config(CPU_CONFIG, ["losses=mle,nope"])
     with pytest.raises(StudyError, match=r"command line: unknown key 'run.max_stepz' \(did you mean run.max_steps"):
@@ -275,7 +276,7 @@ def test_config_errors_name_the_key(tmp_path):
     with pytest.raises(StudyError, match="'run.output_dir' is set by the study"):
         load_study_config(CPU_CONFIG, ["train={run: {output_dir: x}}"])
     with pytest.raises(StudyError, match="run.max_steps must be an integer, got 'many'"):
-        load_study_config(CPU_CONFIG, ["--max_steps=many"])
+        load_study_config(CPU_CONFIG, ["run.max_steps=many"])
     with pytest.raises(StudyError, match="run.global_batch_size 12 is not a multiple of run.micro_batch_size 8"):
         load_study_config(CPU_CONFIG, ["run.global_batch_size=12"])
     with pytest.raises(StudyError, match="heldout_size must be > 0"):
@@ -286,7 +287,7 @@ def test_config_errors_name_the_key(tmp_path):
         load_study_config(CPU_CONFIG, ["solution_style=answer"])
     with pytest.raises(StudyError, match="auto_ratios: 'dell' is not a loss"):
         load_study_config(CPU_CONFIG, ["auto_ratios={dell: 0.1}"])
-    config = load_study_config(CPU_CONFIG, ["max_steps=3", "losses=mle,del", "seeds=0,1"])
+    config = load_study_config(CPU_CONFIG, ["run.max_steps=3", "losses=mle,del", "seeds=0,1"])
     assert config.losses == ["mle", "del"] and config.seeds == [0, 1] and config.train["run"]["max_steps"] == 3
     train = train_config(config, "del", 1, tmp_path / "run")
     assert (train.run.max_steps, train.loss.name, train.run.seed, train.data.eval_generate) == (3, "del", 1, 0)
@@ -299,12 +300,12 @@ def test_config_errors_name_the_key(tmp_path):
 
 
 def test_training_keys_in_every_spelling_reach_the_train_section(tmp_path):
-    config = load_study_config(
-        GPU_CONFIG,
-        split_command_line(
-            ["--lr", "1e-4", "train.run.log_every=5", "seeds=3", "optimizer=torch", "--cache_dir", str(tmp_path)]
-        )[1],
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        config = load_study_config(
+            GPU_CONFIG,
+            ["optimizer.lr=1e-4", "train.run.log_every=5", "seeds=3", "optimizer=torch", f"model.cache_dir={tmp_path}"],
+        )
     assert config.seeds == [3]
     assert config.train["optimizer"] == {"lr": 1e-4, "warmup_ratio": 0.03, "name": "torch"}
     assert config.train["run"]["log_every"] == 5 and config.train["model"]["cache_dir"] == str(tmp_path)
@@ -313,6 +314,23 @@ def test_training_keys_in_every_spelling_reach_the_train_section(tmp_path):
     assert (train.optimizer.lr, train.optimizer.name) == (1e-4, "torch")
     assert train.run.report_to == ["jsonl", "tensorboard"]
     assert train.run.output_dir == str(tmp_path / "run") and train.loss.weight is None
+
+
+def test_the_0_1_short_keys_and_flags_are_deprecated_and_give_the_same_study(tmp_path):
+    """``--lr 1e-4`` and the short ``cache_dir`` / ``max_steps`` (in ``train={...}`` too) still
+    place their keys, each warning with the dotted spelling."""
+    new = ["optimizer.lr=1e-4", "seeds=3", f"model.cache_dir={tmp_path}", "train={run: {max_steps: 2}}"]
+    old = ["--lr", "1e-4", "seeds=3", "--cache_dir", str(tmp_path), "train={max_steps: 2}"]
+    with pytest.warns(FutureWarning) as caught:
+        config = load_study_config(GPU_CONFIG, split_command_line(old)[1])
+    assert config == load_study_config(GPU_CONFIG, new)
+    assert {str(w.message) for w in caught} == {
+        "the option '--lr 1e-4' is deprecated and will be removed in 0.4; use 'lr=1e-4'",
+        f"the option '--cache_dir {tmp_path}' is deprecated and will be removed in 0.4; use 'cache_dir={tmp_path}'",
+        "the study's short training key 'lr' is deprecated and will be removed in 0.4; use 'optimizer.lr'",
+        "the study's short training key 'cache_dir' is deprecated and will be removed in 0.4; use 'model.cache_dir'",
+        "the study's short training key 'max_steps' is deprecated and will be removed in 0.4; use 'run.max_steps'",
+    }
 
 
 def test_a_removed_training_key_is_refused_in_the_recipe_and_on_the_command_line(tmp_path):
@@ -325,7 +343,7 @@ def test_a_removed_training_key_is_refused_in_the_recipe_and_on_the_command_line
     recipe.write_text(CPU_CONFIG.read_text().replace("train:", "train:\n  lr: 1.0e-4", 1))
     with pytest.raises(StudyError, match=f"{recipe}: train: key 'lr' was removed; use 'optimizer.lr'"):
         load_study_config(recipe)
-    assert load_study_config(CPU_CONFIG, ["train={max_steps: 2}"]).train["run"]["max_steps"] == 2
+    assert load_study_config(CPU_CONFIG, ["train={run: {max_steps: 2}}"]).train["run"]["max_steps"] == 2
 
 
 def _write_metrics(run_dir, records):
@@ -383,7 +401,7 @@ def test_a_study_root_resumes_with_more_seeds_and_refuses_another_training_setup
         config = load_study_config(CPU_CONFIG, [f"output_root={tmp_path / 'study'}", *overrides])
         check_resume(config, StudyPaths(Path(config.output_root)))
 
-    claim("seeds=0", "max_steps=2")
-    claim("seeds=0,1", "max_steps=2", "threads=1")  # resumable: more seeds, fewer threads
+    claim("seeds=0", "run.max_steps=2")
+    claim("seeds=0,1", "run.max_steps=2", "threads=1")  # resumable: more seeds, fewer threads
     with pytest.raises(ConfigError, match=r"other values of \['train'\] .*'max_steps': 2.*'max_steps': 3"):
-        claim("seeds=0,1", "max_steps=3")
+        claim("seeds=0,1", "run.max_steps=3")

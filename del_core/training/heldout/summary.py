@@ -9,7 +9,7 @@ from typing import Optional
 
 from del_core.confidence import Interval, t_interval
 from del_core.evaluation.heldout.greedy_answers import score_heldout
-from del_core.training.heldout import HeldOutResult
+from del_core.training.heldout.evaluator import HeldOutResult
 from del_core.training.records import EvalRecord
 
 _COLUMNS = ("ce", "digit_acc", "digit_entropy", "number_acc", "tf_answer_acc", "answer_acc")

@@ -1,7 +1,7 @@
 """The held-out evaluations of one run, in the order the trainer asks for them: "before" the first
 step, "during" every ``run.eval_every`` steps (teacher-forced only), "after" the last step; each
 logged as it is made and kept, and at the end the console summary and the greedy answers problem
-by problem (what :class:`HeldOutEvaluator` measures is in :mod:`.heldout`)."""
+by problem (what :class:`HeldOutEvaluator` measures is in :mod:`.evaluator`)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from del_core.data.splits import TrainingData
 from del_core.models.sequence_attention import evaluation_attention
 from del_core.parallel import ParallelDims
 from del_core.training.config import TrainConfig
-from del_core.training.heldout import HeldOutEvaluator, HeldOutResult
+from del_core.training.heldout.evaluator import HeldOutEvaluator, HeldOutResult
+from del_core.training.heldout.summary import answer_records, print_summary
 from del_core.training.model_setup import RunTokenizer
 from del_core.training.objective import CausalLMObjective
 from del_core.training.records import EvalRecord
 from del_core.training.reporting import Reporter, SilentReporter
-from del_core.training.summary import answer_records, print_summary
 
 LABELS = ("before", "during", "after")
 

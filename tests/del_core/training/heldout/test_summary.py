@@ -1,4 +1,4 @@
-"""del_core.training.summary: the before -> after exact answers with their paired interval, the
+"""del_core.training.heldout.summary: the before -> after exact answers with their paired interval, the
 side-by-side table and the per-problem answer records, on hand-made outputs."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from del_core.training.summary import answer_change, answer_records, side_by_side
+from del_core.training.heldout.summary import answer_change, answer_records, side_by_side
 
 ROWS = [{"instruction": f"What is {a} plus {b}?", "output": f"The answer is {a + b}.", "answer": str(a + b)}
         for a, b in ((10, 5), (20, 7), (31, 4), (40, 2))]  # fmt: skip

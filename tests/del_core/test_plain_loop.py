@@ -1,4 +1,4 @@
-"""del_core.training.plain_loop: the plain-PyTorch loop of the benchmark and the demo, against a
+"""del_core.plain_loop: the plain-PyTorch loop of the benchmark and the demo, against a
 hand-written AdamW step (loss and weights after two steps), its schedule and its loss set-up."""
 
 from __future__ import annotations
@@ -9,12 +9,11 @@ from decimal import Decimal
 import pytest
 import torch
 
-from del_core import DigitVocab, build_loss
+from del_core import DigitVocab, build_loss, plain_loop
 from del_core.data.synthetic import Problem
 from del_core.data.tokenized import TokenBatch, collate
 from del_core.experiments.numeric_bench.char_tokenizer import build_tokenizer, encode_examples
-from del_core.training import plain_loop
-from del_core.training.plain_loop import PlainLoopConfig, StepRecord, learning_rate, make_loss
+from del_core.plain_loop import PlainLoopConfig, StepRecord, learning_rate, make_loss
 from helpers.tiny_models import tiny_causal_lm
 
 

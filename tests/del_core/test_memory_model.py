@@ -1,4 +1,4 @@
-"""The memory model (del_core/training/memory_model.py) against hand-computed values.
+"""The memory model (del_core/memory_model.py) against hand-computed values.
 
 The per-token inventories were counted on the CPU with tests/bench/live_bytes.py (HF Qwen2, sdpa's
 flash kernel, hidden 128, intermediate 512, 4 heads, 2 key-value heads, head dim 32): the bytes
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from del_core.training.memory_model import (
+from del_core.memory_model import (
     ModelShape,
     TrainShape,
     estimate,
@@ -129,3 +129,18 @@ def test_bad_model_shapes_are_named():
         ModelShape(hidden=128, intermediate=512, layers=1, heads=6, kv_heads=4, vocab=100)
     with pytest.raises(ValueError, match="ModelShape.layers must be >= 1"):
         ModelShape(hidden=128, intermediate=512, layers=0, heads=4, kv_heads=4, vocab=100)
+
+
+def test_the_deprecated_module_path_warns_and_gives_the_same_estimate(monkeypatch):
+    """``del_core.training.memory_model`` (deprecated in 0.3, removed in 0.4) is the new module."""
+    import importlib
+
+    import del_core.memory_model as memory_model
+
+    monkeypatch.delitem(sys.modules, "del_core.training.memory_model", raising=False)
+    message = "del_core.training.memory_model is deprecated and will be removed in 0.4; use del_core.memory_model"
+    with pytest.warns(FutureWarning, match=message):
+        old = importlib.import_module("del_core.training.memory_model")
+    train = TrainShape(seq_len=512, micro_batch=1, sp=1, world=1)
+    assert old.estimate(SMALL, train) == memory_model.estimate(SMALL, train)
+    assert old.estimate is memory_model.estimate
