@@ -12,12 +12,17 @@ tokenizer the way llama.cpp runs it (``src/llama-vocab.cpp``):
   byte fallback tokens ``<0xXX>``.
 
 Other tokenizer models are refused with :class:`UnsupportedGGUFVocabulary`.
+:func:`read_tokenizer_kind` reads only the model and pre-tokenizer names, in milliseconds (the
+``gguf`` package parses every field: half a minute for a 150k-token file on a busy machine), so that
+:func:`del_core.tokenizers.load_tokenizer` can pick the route before converting anything.
 """
 
 from __future__ import annotations
 
+import struct
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 # llama.cpp's token types (gguf.TokenType): CONTROL tokens are special, USER_DEFINED ones are
 # matched whole before the model runs.
@@ -40,6 +45,27 @@ BYTE_LEVEL_SPLITS: dict[str, tuple[str, ...]] = {
     "command-r": (r"\p{N}", _GPT2_SPLIT),
 }
 _SPECIAL_IDS = ("bos", "eos", "unknown", "padding")
+# Pre-tokenizers transformers' GGUF route replaces by its architecture's: a Qwen3.5 file says
+# architecture qwen2, and Qwen2's split cuts combining marks off their letters ('é' written as
+# e + U+0301 is 2 pieces in Qwen3.5, 3 in transformers' reading).
+MISREAD_BY_TRANSFORMERS = ("qwen35",)
+# GGUF value types (gguf.GGUFValueType): the byte size of the fixed-size ones.
+_STRING, _ARRAY = 8, 9
+_FIXED_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+
+@dataclass(frozen=True)
+class TokenizerKind:
+    """A GGUF file's ``tokenizer.ggml.model`` and ``tokenizer.ggml.pre`` ("" when absent)."""
+
+    model: str
+    pre: str
+
+    @property
+    def rebuild_preferred(self) -> bool:
+        """Whether :func:`tokenizer_from_gguf_vocab` is the right reader even where transformers'
+        GGUF route loads the file (Gemma-4: it never does; a pre-tokenizer it misreads)."""
+        return self.model == "gemma4" or self.pre in MISREAD_BY_TRANSFORMERS
 
 
 class UnsupportedGGUFVocabulary(ValueError):
@@ -75,8 +101,51 @@ def tokenizer_from_gguf_vocab(path: Path) -> Any:
         _prepend_bos(backend, specials["bos"], fields["bos"])
     names = {"bos": "bos_token", "eos": "eos_token", "unknown": "unk_token", "padding": "pad_token"}
     return PreTrainedTokenizerFast(
-        tokenizer_object=backend, name_or_path=str(path), **{names[role]: text for role, text in specials.items()}
+        tokenizer_object=backend,
+        name_or_path=str(path),
+        chat_template=fields["chat_template"],
+        **{names[role]: text for role, text in specials.items()},
     )
+
+
+def read_tokenizer_kind(path: Path) -> TokenizerKind:
+    """The tokenizer model and pre-tokenizer names of the GGUF file ``path``, read from its header
+    alone (arrays are skipped, not decoded). Raises ``ValueError`` when ``path`` is not GGUF."""
+    found = {"tokenizer.ggml.model": "", "tokenizer.ggml.pre": ""}
+    with open(path, "rb") as handle:
+        magic, _version, _tensors, count = struct.unpack("<4sIQQ", handle.read(24))
+        if magic != b"GGUF":
+            raise ValueError(f"{path}: not a GGUF file (starts with {magic!r})")
+        for _ in range(count):
+            key = _read_string(handle)
+            (kind,) = struct.unpack("<I", handle.read(4))
+            if key in found and kind == _STRING:
+                found[key] = _read_string(handle)
+                if all(found.values()):
+                    break
+            else:
+                _skip_value(handle, kind)
+    return TokenizerKind(found["tokenizer.ggml.model"], found["tokenizer.ggml.pre"])
+
+
+def _read_string(handle: IO[bytes]) -> str:
+    (length,) = struct.unpack("<Q", handle.read(8))
+    return handle.read(length).decode("utf-8", errors="replace")
+
+
+def _skip_value(handle: IO[bytes], kind: int) -> None:
+    if kind == _STRING:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        handle.seek(length, 1)
+    elif kind == _ARRAY:
+        item_kind, items = struct.unpack("<IQ", handle.read(12))
+        if item_kind in _FIXED_SIZES:
+            handle.seek(items * _FIXED_SIZES[item_kind], 1)
+        else:
+            for _ in range(items):
+                _skip_value(handle, item_kind)
+    else:
+        handle.seek(_FIXED_SIZES[kind], 1)
 
 
 def _read_vocab_fields(path: Path) -> dict[str, Any]:
@@ -94,6 +163,8 @@ def _read_vocab_fields(path: Path) -> dict[str, Any]:
     if missing:
         raise UnsupportedGGUFVocabulary(f"{path}: no tokenizer.ggml.{missing[0]} field (not a GGUF vocabulary?)")
     fields.update(pre=value("pre", "default"), merges=value("merges", []), add_bos_token=value("add_bos_token"))
+    template = reader.fields.get("tokenizer.chat_template")
+    fields["chat_template"] = None if template is None else template.contents()
     fields.update({role: value(f"{role}_token_id") for role in _SPECIAL_IDS})
     return fields
 

@@ -35,9 +35,10 @@ def load_tokenizer(source: Union[str, os.PathLike], cache_dir: Optional[Union[st
     A GGUF file is converted once (needs the ``gguf`` package) and saved under ``cache_dir``
     (default ``$DEL_CACHE_DIR/tokenizers`` or ``~/.cache/del_core/tokenizers``); later calls load
     the saved copy. Files transformers' GGUF route refuses (an architecture it does not know, a
-    config it cannot validate: Command-R, Gemma-4) are rebuilt from their vocabulary fields alone
-    (:mod:`del_core.tokenizers.gguf_vocab`). The cache entry is written to a temporary folder and
-    renamed into place, so an interrupted conversion never leaves a half-written entry.
+    config it cannot validate: Command-R, Gemma-4) or misreads (Qwen3.5's pre-tokenizer) are rebuilt
+    from their vocabulary fields alone (:mod:`del_core.tokenizers.gguf_vocab`). The cache entry is
+    written to a temporary folder and renamed into place, so an interrupted conversion never leaves
+    a half-written entry.
     """
     from transformers import AutoTokenizer
 
@@ -62,11 +63,14 @@ def load_tokenizer(source: Union[str, os.PathLike], cache_dir: Optional[Union[st
 
 
 def _convert_gguf(path: Path) -> Any:
-    """The tokenizer of a GGUF file: transformers' GGUF route, else the vocabulary-fields rebuild."""
+    """The tokenizer of a GGUF file: transformers' GGUF route, else (refused, or a file it misreads:
+    ``TokenizerKind.rebuild_preferred``) the vocabulary-fields rebuild."""
     from transformers import AutoTokenizer
 
-    from del_core.tokenizers.gguf_vocab import UnsupportedGGUFVocabulary, tokenizer_from_gguf_vocab
+    from del_core.tokenizers.gguf_vocab import UnsupportedGGUFVocabulary, read_tokenizer_kind, tokenizer_from_gguf_vocab
 
+    if read_tokenizer_kind(path).rebuild_preferred:
+        return tokenizer_from_gguf_vocab(path)
     try:
         return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (ValueError, TypeError, KeyError, *_config_validation_errors()) as refusal:

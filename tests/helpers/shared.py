@@ -46,8 +46,8 @@ def vocab_folders() -> list[Path]:
     return [*folders, REPO.parent / "shared" / "vocab", vocab_cache_dir()]
 
 
-# The outcome of this session's one attempt to fetch the vocabularies: None before it, else the
-# error text ("" when it worked).
+# The outcome of this session's one attempt to fetch the vocabularies: empty before it, else one
+# entry, the reason it failed ("" when it worked).
 _FETCH_ERROR: list[str] = []
 
 
@@ -76,11 +76,14 @@ def _find_vocab(file_name: str) -> Path | None:
 
 def _fetch_vocab_once() -> bool:
     """Fetch the vocabularies into the project cache; whether it worked (printed, recorded)."""
-    from del_core.tokenizers.vocab_files import fetch_vocab
+    from del_core.tokenizers.vocab_files import VocabChecksumError, fetch_vocab
 
     try:
         fetch_vocab(log=lambda line: print(line, file=sys.stderr))
-    except Exception as error:  # offline, no pip, a bad archive: every test needing a file skips
+    except VocabChecksumError as error:  # not a reason to skip: the test that asked fails with it
+        _FETCH_ERROR.append(str(error))
+        raise
+    except Exception as error:  # offline, no pip, no index: every test needing a file skips
         _FETCH_ERROR.append(str(error).splitlines()[0] if str(error) else type(error).__name__)
         return False
     _FETCH_ERROR.append("")

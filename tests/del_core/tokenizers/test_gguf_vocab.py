@@ -12,7 +12,12 @@ import torch
 
 from del_core import DigitVocab, build_loss, number_spans
 from del_core.tokenizers import gguf_vocab, load_tokenizer
-from del_core.tokenizers.gguf_vocab import UnsupportedGGUFVocabulary, tokenizer_from_gguf_vocab
+from del_core.tokenizers.gguf_vocab import (
+    TokenizerKind,
+    UnsupportedGGUFVocabulary,
+    read_tokenizer_kind,
+    tokenizer_from_gguf_vocab,
+)
 from del_core.vocab import PROBE_TEXT, SINGLE_DIGIT
 from helpers.shared import real_tokenizer, vocab_file, vocab_path
 
@@ -52,6 +57,7 @@ def test_digit_vocab_found_and_del_built(name):
     vocab = DigitVocab.from_tokenizer(tok, name=name)
     digits, point, _space = NUMBER_IDS[name]
     assert (vocab.family, vocab.digit_ids, vocab.point_id) == (SINGLE_DIGIT, digits, point)
+    assert "{%" in tok.chat_template  # the file's chat template travels with the tokenizer
     ids = torch.tensor([tok("x = 42.5 and 7", add_special_tokens=False)["input_ids"]])
     spans = number_spans(ids, vocab)
     assert int(spans.is_digit.sum()) == 4 and int(spans.is_point.sum()) == 1
@@ -111,6 +117,30 @@ def test_a_tokenizer_model_without_a_rebuild_is_refused_by_name(tmp_path, monkey
     assert str(error.value).startswith(f"transformers cannot load {path} (ValueError: GGUF model with architecture")
     assert "neither can the tokenizer-only rebuild" in str(error.value)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_the_header_names_the_tokenizer_and_picks_the_route():
+    """Read from the header alone; the route taken is the rebuild only for Gemma-4 and Qwen3.5
+    (Command-R reaches it after transformers refuses the architecture)."""
+    kinds = {name: read_tokenizer_kind(vocab_file(name)) for name in ("qwen2", "qwen35", "llama-spm", "gemma-4")}
+    assert kinds == {
+        "qwen2": TokenizerKind("gpt2", "qwen2"),
+        "qwen35": TokenizerKind("gpt2", "qwen35"),
+        "llama-spm": TokenizerKind("llama", "default"),
+        "gemma-4": TokenizerKind("gemma4", ""),
+    }
+    assert [name for name, kind in kinds.items() if kind.rebuild_preferred] == ["qwen35", "gemma-4"]
+    # Qwen3.5 keeps a combining mark with its letter (llama.cpp's reference ids); transformers'
+    # route, which applies Qwen2's split, gives 3 tokens.
+    assert real_tokenizer("qwen35")("e\u0301", add_special_tokens=False)["input_ids"] == [68, 53839]
+
+
+def test_a_file_that_is_not_gguf_is_named(tmp_path):
+    path = tmp_path / "vocab.gguf"
+    path.write_bytes(b"PK\x03\x04" + bytes(40))
+    with pytest.raises(ValueError, match=r"vocab.gguf: not a GGUF file \(starts with b'PK\\x03\\x04'\)"):
+        read_tokenizer_kind(path)
 
 
 def test_every_byte_level_split_compiles():

@@ -163,3 +163,41 @@ def test_the_real_sdist_is_fetched_and_verified(tmp_path):
     assert missing_vocab_files(cache) == []
     for item in VOCAB_FILES:
         assert hashlib.sha256((cache / item.name).read_bytes()).hexdigest() == item.sha256
+
+
+def test_the_command_line_prints_one_error_line_and_exits_1(tmp_path, capsys):
+    """An sdist without the real files (the fake one): exit 1, the missing names on stderr."""
+    sdist = _fake_sdist(tmp_path / "sdist.tar.gz")
+    assert vocab_files.main(["--cache", str(tmp_path / "cache"), "--sdist", str(sdist)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {sdist} has no vendor/llama.cpp/models/ggml-vocab-command-r")
+    assert not any(p.suffix == ".gguf" for p in (tmp_path / "cache").iterdir())
+
+
+def test_the_tests_look_in_the_shared_folders_then_the_cache_and_fetch_once(tmp_path, monkeypatch):
+    """tests/helpers/shared.py: $DEL_SHARED_DIR/vocab, ../shared/vocab, the cache; offline, one
+    fetch attempt per session and a skip naming `make vocab`."""
+    import helpers.shared as shared
+
+    first, second, cache = tmp_path / "env" / "vocab", tmp_path / "shared" / "vocab", tmp_path / "cache"
+    monkeypatch.setenv("DEL_SHARED_DIR", str(first.parent))
+    monkeypatch.setattr(shared, "REPO", tmp_path / "repo")
+    monkeypatch.setenv("DEL_VOCAB_DIR", str(cache))
+    monkeypatch.setattr(shared, "_FETCH_ERROR", [])
+    for folder in (cache, second, first):
+        folder.mkdir(parents=True)
+        (folder / "ggml-vocab-x.gguf").write_bytes(b"GGUF")
+        assert shared.vocab_file("x") == folder / "ggml-vocab-x.gguf"
+    attempts = []
+
+    def offline(**_kwargs):
+        attempts.append(1)
+        raise VocabFetchError("`pip download ...` failed (exit 1)")
+
+    monkeypatch.setattr(vocab_files, "fetch_vocab", offline)
+    for _ in range(2):
+        with pytest.raises(
+            pytest.skip.Exception, match=r"ggml-vocab-y.gguf not in .*failed \(exit 1\)\): run `make vocab`"
+        ):
+            shared.vocab_file("y")
+    assert attempts == [1]
