@@ -54,3 +54,10 @@ docs-install: $(VENV)/.docs-installed
 # cannot be collected fails the build.
 docs: docs-install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# The real tokenizer vocabularies (GGUF files from the PyPI sdist of llama-cpp-python, checked
+# against the SHA-256 list in del_core/tokenizers/vocab_files.py) into $DEL_VOCAB_DIR or
+# ~/.cache/del_core/vocab; does nothing when they are there. The tests find them there.
+.PHONY: vocab
+vocab: install
+	$(BIN)/python -m del_core.tokenizers.vocab_files

@@ -296,20 +296,21 @@ def attention_for(ctx: Context) -> str:
 
 
 def qwen2_tokenizer():
-    """The real Qwen2 tokenizer: the shared material (``DEL_SHARED_DIR`` or ``../shared``), else the
-    copy that prepare_carry.py saved under ``tests/gpu/_carry/tokenizers/qwen2``."""
+    """The real Qwen2 tokenizer: ``ggml-vocab-qwen2.gguf`` where the tests find it
+    (``helpers.shared.vocab_folders``: ``$DEL_SHARED_DIR/vocab``, ``../shared/vocab``, the
+    ``make vocab`` cache), else the copy that prepare_carry.py saved under
+    ``tests/gpu/_carry/tokenizers/qwen2``."""
     from del_core.tokenizers import load_tokenizer
-    from helpers.shared import shared_dir
+    from helpers.shared import vocab_folders
 
-    with contextlib.suppress(RuntimeError):  # DEL_SHARED_DIR set but without vocab/
-        root = shared_dir()
-        if root is not None:
-            return load_tokenizer(root / "vocab" / "ggml-vocab-qwen2.gguf")
+    for folder in vocab_folders():
+        if (folder / "ggml-vocab-qwen2.gguf").is_file():
+            return load_tokenizer(folder / "ggml-vocab-qwen2.gguf")
     carried = CARRY / "tokenizers" / "qwen2"
     if (carried / "tokenizer_config.json").is_file():
         return load_tokenizer(carried)
     raise FileNotFoundError(
-        "no Qwen2 tokenizer: set DEL_SHARED_DIR (the shared material) or run tests/gpu/prepare_carry.py "
+        "no Qwen2 tokenizer: run `make vocab` (or set DEL_SHARED_DIR), or run tests/gpu/prepare_carry.py "
         "and carry tests/gpu/_carry"
     )
 

@@ -68,12 +68,13 @@ def stage_wheels(target: Path) -> None:
 def stage_qwen2_tokenizer(target: Path) -> None:
     sys.path[:0] = [str(REPO), str(REPO / "tests")]
     from del_core.tokenizers import load_tokenizer
-    from helpers.shared import shared_dir
+    from helpers.shared import vocab_folders
 
-    root = shared_dir()
-    if root is None:
-        raise SystemExit("no shared material: set DEL_SHARED_DIR to the folder holding vocab/")
-    load_tokenizer(root / "vocab" / "ggml-vocab-qwen2.gguf").save_pretrained(str(target))
+    name = "ggml-vocab-qwen2.gguf"
+    found = [folder / name for folder in vocab_folders() if (folder / name).is_file()]
+    if not found:
+        raise SystemExit(f"no {name}: run `make vocab` (or set DEL_SHARED_DIR to the folder holding vocab/)")
+    load_tokenizer(found[0]).save_pretrained(str(target))
 
 
 def stage_smollm2_skeleton(target: Path) -> None:

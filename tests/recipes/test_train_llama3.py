@@ -26,7 +26,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.shared import real_tokenizer, shared_dir
+from helpers.shared import real_tokenizer, vocab_file
 from helpers.training import make_tiny_llama3, records, run_train, tiny_run
 
 IGNORE = -100
@@ -282,6 +282,6 @@ def test_tokenizer_key_takes_the_gguf_vocabulary(base, tiny_model, tmp_path):
     """``model.tokenizer=<ggml-vocab-llama-bpe.gguf>``: only the vocabulary is read from the file
     (its metadata describes Llama-3-8B, which must not be built)."""
     out = tmp_path / "run"
-    gguf = shared_dir() / "vocab" / "ggml-vocab-llama-bpe.gguf"
+    gguf = vocab_file("llama-bpe")
     proc = run_train(1, {**base, "model.tokenizer": gguf, "run.max_steps": 1, "run.output_dir": out})
     assert VOCAB_LINE in proc.stdout and [r["step"] for r in records(out)] == [1]

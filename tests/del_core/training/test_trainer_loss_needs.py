@@ -11,17 +11,14 @@ from del_core.parallel import ParallelDims
 from del_core.training import load_train_config
 from del_core.training import trainer as trainer_module
 from del_core.training.trainer import Trainer
-from helpers.shared import REPO, shared_dir
+from helpers.shared import REPO, vocab_file
 
 
 @pytest.mark.parametrize("name", LOSS_NAMES)
 def test_a_tokenizer_without_a_number_vocabulary_refuses_only_the_losses_that_need_one(
     name, tmp_path, capsys, monkeypatch
 ):
-    root = shared_dir()
-    if root is None:
-        pytest.skip("shared material not found: set DEL_SHARED_DIR")
-    gpt2 = root / "vocab" / "ggml-vocab-gpt-2.gguf"  # irregular multi-digit number tokens
+    gpt2 = vocab_file("gpt-2")  # irregular multi-digit number tokens
     overrides = [f"loss={name}", "loss.weight=", f"model.tokenizer={gpt2}", f"run.output_dir={tmp_path}"]
     trainer = Trainer(load_train_config(REPO / "recipes" / "configs" / "tiny.yaml", overrides))
     trainer.dims = ParallelDims(world=1, rank=0, tp=1, dp=1, dp_rank=0)
