@@ -9,6 +9,7 @@ overrides (dotted for nested keys, ``loss.weight=0.1``). Errors name the key and
     config = load_config(TrainConfig, recipe, overrides, aliases=TRAIN_ALIASES)
 """
 
+from .checks import check_at_least, check_choice, dotted_values
 from .command_line import split_command_line
 from .loader import (
     ConfigError,
@@ -22,9 +23,12 @@ from .loader import (
 
 __all__ = [
     "ConfigError",
+    "check_at_least",
+    "check_choice",
     "KeyAliases",
     "config_to_dict",
     "config_to_yaml",
+    "dotted_values",
     "load_config",
     "placed_keys",
     "read_yaml_mapping",
