@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from del_core.config import ConfigError
 
+from .ddp import DDPBackend
 from .deepspeed import DeepSpeedBackend
 from .fsdp2 import FSDP2Backend
 from .interface import Backend
@@ -12,6 +13,7 @@ from .interface import Backend
 BACKENDS: dict[str, type[Backend]] = {
     DeepSpeedBackend.name: DeepSpeedBackend,
     FSDP2Backend.name: FSDP2Backend,
+    DDPBackend.name: DDPBackend,
 }
 ENGINE_NAMES = tuple(BACKENDS)  # the values parallel.engine takes
 

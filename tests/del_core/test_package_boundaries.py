@@ -47,6 +47,7 @@ sys.meta_path.insert(0, Block())
         "del_core.engines.registry",
         "del_core.engines.deepspeed",
         "del_core.engines.fsdp2",
+        "del_core.engines.ddp",
         "del_core.experiments.study",
         "del_core.experiments.numeric_bench.protocol",
     ],

@@ -51,7 +51,7 @@ class FSDP2Backend(Backend):
                     values["parallel.zero_stage"] != 3,
                     "FSDP2 shards parameters, gradients and optimizer state",
                 ),
-                "lora.enabled": (values["lora.enabled"], values["lora.enabled"], "use deepspeed"),
+                "lora.enabled": (values["lora.enabled"], values["lora.enabled"], "use deepspeed or ddp"),
                 "optimizer.name": (
                     values["optimizer.name"],
                     values["optimizer.name"] == "deepspeed",
