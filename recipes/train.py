@@ -1,4 +1,4 @@
-"""Fine-tune a Hugging Face causal LM with a del_core loss under DeepSpeed ZeRO-2/3.
+"""Fine-tune a Hugging Face causal LM with a del_core loss (DeepSpeed ZeRO-2/3, FSDP2 or DDP: parallel.engine).
 
     python recipes/train.py [RECIPE.yaml] [key=value ...]            # one process (CPU or one GPU)
     torchrun --nproc_per_node 8 recipes/train.py recipes/configs/qwen2.5-1.5b.yaml loss=mle loss.weight=

@@ -9,6 +9,7 @@ overrides (dotted for nested keys, ``loss.weight=0.1``). Errors name the key and
     config = load_config(TrainConfig, recipe, overrides, aliases=TRAIN_ALIASES)
 """
 
+from .checks import check_at_least, check_choice, dotted_values
 from .command_line import HELP_FLAGS, keys_help, option, split_command_line
 from .deprecation import REMOVED_IN, warn_deprecated
 from .loader import (
@@ -25,9 +26,12 @@ __all__ = [
     "HELP_FLAGS",
     "REMOVED_IN",
     "ConfigError",
+    "check_at_least",
+    "check_choice",
     "KeyAliases",
     "config_to_dict",
     "config_to_yaml",
+    "dotted_values",
     "keys_help",
     "load_config",
     "option",

@@ -1,5 +1,4 @@
-"""Training under either engine, DeepSpeed or torch FSDP2 (``parallel.engine``): the trainer, its
-configuration and its parts.
+"""The trainer (on DeepSpeed, FSDP2 or DDP: :mod:`del_core.engines`), its configuration and its parts.
 
 Importing this package does not import DeepSpeed (only :mod:`del_core.engines.deepspeed` does, when a
 DeepSpeed run starts).

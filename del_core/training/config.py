@@ -15,27 +15,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
-from del_core.config import ConfigError, KeyAliases, load_config
+from del_core.config import ConfigError, KeyAliases, dotted_values, load_config
+from del_core.config import check_at_least as _check_at_least
+from del_core.config import check_choice as _check_choice
 from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
+from del_core.engines.registry import ENGINE_NAMES, backend_type
+from del_core.engines.settings import OptimizerConfig, ParallelConfig
 from del_core.losses import LOSS_PATHS, KeySpelling, LossSpec, LossSpecError
 from del_core.models.sources import ModelSourceError, check_model_source
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
-ENGINES = ("deepspeed", "fsdp2")  # parallel.engine: the default first
-
-
-def _check_choice(section: str, name: str, value: Any, choices: Sequence[Any]) -> None:
-    if value not in choices:
-        raise ConfigError(f"{section}.{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
-
-
-def _check_at_least(section: str, values: dict[str, float], low: float) -> None:
-    for name, value in values.items():
-        if not value >= low:
-            raise ConfigError(f"{section}.{name} must be >= {low:g}, got {value}")
 
 
 @dataclass
@@ -98,72 +90,6 @@ class DataConfig:
             _check_at_least("data", {"num_proc": self.num_proc}, 1)
         _check_at_least("data", {"max_length": self.max_length, "max_new_tokens": self.max_new_tokens}, 1)
         _check_at_least("data", {"eval_size": self.eval_size, "eval_generate": self.eval_generate}, 0)
-
-
-@dataclass
-class OptimizerConfig:
-    name: str = "auto"  # auto = DeepSpeed's AdamW on GPU (fused / CPU-Adam with offload), torch AdamW on CPU
-    lr: float = 5e-6
-    min_lr_ratio: float = 0.0  # cosine decays to lr * min_lr_ratio
-    warmup_ratio: float = 0.03
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    grad_clip: float = 1.0
-
-    def __post_init__(self) -> None:
-        _check_choice("optimizer", "name", self.name, ("auto", "torch", "deepspeed"))
-        if not self.lr > 0 or not 0 <= self.warmup_ratio < 1 or not 0 <= self.min_lr_ratio <= 1:
-            raise ConfigError(
-                "need optimizer.lr > 0, 0 <= optimizer.warmup_ratio < 1 and 0 <= optimizer.min_lr_ratio <= 1"
-            )
-        if len(self.betas) != 2:
-            raise ConfigError(f"optimizer.betas must be two numbers, got {self.betas}")
-
-
-@dataclass
-class ParallelConfig:
-    tp: int = 1  # tensor-parallel group size (DeepSpeed AutoTP, vocab-parallel LM head); data parallel = world / tp
-    # sequence-parallel group size (DeepSpeed Ulysses): each rank of a group computes 1/sp of every
-    # sequence; data parallel = world / sp. Not with tp > 1.
-    sp: int = 1
-    zero_stage: int = 3
-    # ZeRO-3 with optimizer and parameters in CPU memory (ds_configs/zero3_offload.json); under
-    # engine=fsdp2 FSDP2's CPUOffloadPolicy (parameters, gradients and optimizer state on the CPU)
-    offload: bool = False
-    ds_config: Optional[str] = None  # explicit DeepSpeed JSON; overrides zero_stage/offload
-    # deepspeed (ZeRO-2/3, AutoTP, Ulysses) or fsdp2 (torch's fully_shard per decoder layer and the
-    # root; checkpoints through torch.distributed.checkpoint, resumable at another world size)
-    engine: str = "deepspeed"
-
-    def __post_init__(self) -> None:
-        _check_choice("parallel", "engine", self.engine, ENGINES)
-        _check_choice("parallel", "zero_stage", self.zero_stage, (2, 3))
-        _check_at_least("parallel", {"tp": self.tp, "sp": self.sp}, 1)
-        if self.sp > 1 and self.tp > 1:
-            raise ConfigError(
-                f"parallel.sp={self.sp} with parallel.tp={self.tp} is not supported: choose sequence parallelism "
-                "(parallel.sp) or tensor parallelism (parallel.tp)"
-            )
-        if self.offload and self.zero_stage != 3:
-            raise ConfigError("parallel.offload needs parallel.zero_stage=3")
-        if self.ds_config is not None and not Path(self.ds_config).is_file():
-            raise ConfigError(f"parallel.ds_config: {self.ds_config} does not exist")
-        if self.engine == "fsdp2":
-            self._check_fsdp2()
-
-    def _check_fsdp2(self) -> None:
-        """What FSDP2 does not combine with yet, refused by key before anything loads."""
-        unsupported = {
-            "parallel.tp": (self.tp > 1, "tensor parallelism is DeepSpeed's AutoTP"),
-            "parallel.sp": (self.sp > 1, "sequence parallelism is DeepSpeed's Ulysses"),
-            "parallel.ds_config": (self.ds_config is not None, "a DeepSpeed config has no meaning for FSDP2"),
-            "parallel.zero_stage": (self.zero_stage != 3, "FSDP2 shards parameters, gradients and optimizer state"),
-        }
-        for key, (refused, why) in unsupported.items():
-            if refused:
-                value = getattr(self, key.split(".")[1])
-                raise ConfigError(f"{key}={value} is not supported with parallel.engine=fsdp2 ({why})")
 
 
 @dataclass
@@ -274,17 +200,9 @@ class TrainConfig:
             # adapters' layers, so the adapters would not be sharded consistently with their base.
             raise ConfigError("lora.enabled=true with parallel.tp > 1 is not supported; use parallel.tp=1 (ZeRO-2/3)")
         self._check_sequence_parallel()
-        if self.parallel.engine == "fsdp2":
-            self._check_fsdp2()
-
-    def _check_fsdp2(self) -> None:
-        """The keys outside ``parallel`` that FSDP2 does not combine with yet."""
-        if self.lora.enabled:
-            raise ConfigError("lora.enabled=true is not supported with parallel.engine=fsdp2 (use deepspeed)")
-        if self.optimizer.name == "deepspeed":
-            raise ConfigError(
-                "optimizer.name=deepspeed is not supported with parallel.engine=fsdp2 (use torch or auto)"
-            )
+        # The engine's refusals, by key, before anything loads.
+        _check_choice("parallel", "engine", self.parallel.engine, ENGINE_NAMES)
+        backend_type(self.parallel.engine).check(dotted_values(self))
 
     def _check_sequence_parallel(self) -> None:
         sp = self.parallel.sp

@@ -1,6 +1,7 @@
-"""The export of a finished run: the full weights gathered once from the engine (ZeRO-3
-partitions, AutoTP shards, FSDP2 shards), written by rank 0 in Hugging Face format with the tokenizer and the
-recipe; with LoRA the adapters merged into the base weights, and the adapter itself beside them.
+"""The export of a finished run: the full weights gathered once from the engine
+(:meth:`del_core.engines.Backend.full_state`: ZeRO-3 partitions, AutoTP shards, FSDP2 shards),
+written by rank 0 in Hugging Face format with the tokenizer and the recipe; with LoRA the
+adapters merged into the base weights, and the adapter itself beside them.
 The folder is replaced whole or not at all (:func:`del_core.models.save_hf` stages it)."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The model side of a run's set-up: the tokenizer with its number vocabulary (which the loss may
-need), and the causal LM it trains - in the run's precision and attention kernel, created already
-partitioned under ZeRO-3, with LoRA adapters when enabled, checked and wrapped for the parallel
-layout (tensor-parallel head counts, Ulysses attention)."""
+need), and the causal LM it trains - in the engine's dtype and the run's attention kernel, loaded
+as the engine needs it (:class:`del_core.engines.Backend`: ZeRO-3 partitions while loading,
+Ulysses wraps the attention), with LoRA adapters when enabled, head counts checked for tensor
+parallelism."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import torch
 
 from del_core import DigitVocab, MultiDigitVocabularyError
 from del_core.config import ConfigError
-from del_core.engines import deepspeed as ds
+from del_core.engines import Backend
 from del_core.losses import loss_needs
 from del_core.models import (
     LoraSettings,
@@ -29,10 +30,9 @@ from del_core.models import (
     resolve_tokenizer,
     wrap_with_lora,
 )
-from del_core.parallel import ParallelDims, check_head_counts, check_sequence_head_counts
+from del_core.parallel import ParallelDims, check_head_counts
 from del_core.tokenizers import CACHE_ROOT, load_tokenizer
 from del_core.training.config import TrainConfig
-from del_core.training.runtime import Runtime
 
 
 @dataclass(frozen=True)
@@ -88,31 +88,20 @@ class TrainingModel:
     model: Any  # the Hugging Face model (with LoRA: the one inside peft_model)
     peft_model: Any  # the PEFT wrapper that writes the adapter with lora.enabled, else None
     dims: ParallelDims  # with the Ulysses group under parallel.sp > 1
-    sequence_groups: Any  # DeepSpeed's Ulysses groups (mpu) for the engine, else None
-    partitioning: Any  # transformers' HfDeepSpeedConfig: the caller keeps it alive with the model
 
 
 def load_training_model(
-    config: TrainConfig,
-    source: str,
-    runtime: Runtime,
-    dims: ParallelDims,
-    ds_config: dict,
-    log: Callable[[str], None],
+    config: TrainConfig, source: str, backend: Backend, log: Callable[[str], None]
 ) -> TrainingModel:
-    """The model ``source`` in ``runtime``'s precision (fp32 under FSDP2, which casts for compute),
-    seeded with ``run.seed`` (LoRA's adapters and any new weights), ZeRO-3-partitioned while it
-    loads when ``ds_config`` says so (DeepSpeed; FSDP2 shards it in the engine's set-up); LoRA
-    adapters with ``lora.enabled``; its head counts checked for ``parallel.tp``; Ulysses around
-    its attention with ``parallel.sp`` > 1 (before the engine is built with its groups)."""
+    """The model ``source`` in ``backend``'s dtype, seeded with ``run.seed`` (LoRA's adapters and
+    any new weights), loaded and wrapped as the engine needs (:meth:`Backend.begin_model_loading`,
+    :meth:`Backend.wrap_model`); LoRA adapters with ``lora.enabled``; its head counts checked for
+    ``parallel.tp``."""
     model_cfg = config.model
     torch.manual_seed(config.run.seed)
-    fsdp2 = config.parallel.engine == "fsdp2"
-    partitioning = None if fsdp2 else ds.partitioning_context(ds_config, dims.tp)
-    attn = attention_implementation(model_cfg.attn_implementation, runtime.on_gpu)
-    # FSDP2 keeps fp32 parameters and computes in bf16 through its MixedPrecisionPolicy.
-    dtype = torch.float32 if fsdp2 else runtime.dtype
-    model = load_model(source, dtype, attn, model_cfg.gradient_checkpointing)
+    backend.begin_model_loading()
+    attn = attention_implementation(model_cfg.attn_implementation, backend.runtime.on_gpu)
+    model = load_model(source, backend.model_dtype(), attn, model_cfg.gradient_checkpointing)
     log(
         f"[model] {source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
         f"{'on' if model_cfg.gradient_checkpointing else 'off'}"
@@ -121,12 +110,10 @@ def load_training_model(
     if config.lora.enabled:
         peft_model = _wrap_with_lora(model, config, log)
         model = hf_model(peft_model)
-    if dims.tp > 1:
-        check_head_counts(model.config, dims.tp)
-    groups = None
-    if dims.sp > 1:
-        groups, dims = _register_sequence_parallel(model, attn, dims, config.run.micro_batch_size, log)
-    return TrainingModel(model, peft_model, dims, groups, partitioning)
+    if backend.dims.tp > 1:
+        check_head_counts(model.config, backend.dims.tp)
+    dims = backend.wrap_model(model, attn, config.run.micro_batch_size, log)
+    return TrainingModel(model, peft_model, dims)
 
 
 def output_vocab_size(model: Any) -> int:
@@ -151,17 +138,3 @@ def _wrap_with_lora(model: Any, config: TrainConfig, log: Callable[[str], None])
         f"{total:,} ({100 * trainable / total:.3f}%)"
     )
     return peft_model
-
-
-def _register_sequence_parallel(
-    model: Any, attn: str, dims: ParallelDims, micro_batch_size: int, log: Callable[[str], None]
-) -> tuple[Any, ParallelDims]:
-    """DeepSpeed's Ulysses around the model's attention: (its groups, ``dims`` with the group)."""
-    check_sequence_head_counts(model.config, dims.sp)
-    groups = ds.register_sequence_parallel(model, attn, dims.sp, micro_batch_size)
-    dims = ds.sequence_parallel_dims(dims, groups)
-    log(
-        f"[sp] Ulysses over {dims.sp} ranks: number spans and counts from whole sequences, each rank "
-        f"trains positions [r*T/{dims.sp}, (r+1)*T/{dims.sp}) (T padded to a multiple of {dims.sp})"
-    )
-    return groups, dims

@@ -15,8 +15,12 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+from del_core.engines import BatchShape
+from del_core.engines.settings import OptimizerConfig
 
 
 @dataclass(frozen=True)
@@ -30,8 +34,7 @@ class StepPlan:
     seed: int
 
     def __post_init__(self) -> None:
-        if self.global_batch % (self.micro_batch * self.data_parallel):
-            raise ValueError("global_batch must be a multiple of micro_batch x data_parallel")
+        _ = self.shape  # ConfigError (a ValueError) unless micro_batch x data_parallel divides global_batch
         if self.num_items < self.global_batch:
             raise ValueError(
                 f"the data set has {self.num_items} sequences, fewer than one global batch of {self.global_batch}"
@@ -44,8 +47,12 @@ class StepPlan:
         return self.num_items // self.global_batch
 
     @property
+    def shape(self) -> BatchShape:
+        return BatchShape(self.global_batch, self.micro_batch, self.data_parallel)
+
+    @property
     def accumulation(self) -> int:
-        return self.global_batch // (self.micro_batch * self.data_parallel)
+        return self.shape.accumulation
 
     def total_steps(self, epochs: float, max_steps: int) -> int:
         return max_steps if max_steps > 0 else max(1, math.floor(epochs * self.steps_per_epoch))
@@ -98,3 +105,20 @@ def warmup_cosine(total_steps: int, warmup_ratio: float, min_ratio: float = 0.0)
 
 def lr_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_ratio: float, min_ratio: float = 0.0):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_cosine(total_steps, warmup_ratio, min_ratio))
+
+
+def apply_optimizer_settings(scheduler: Any, optimizer: OptimizerConfig, total_steps: int) -> None:
+    """After loading a checkpoint with overridden keys: the optimizer's hyperparameters and the
+    learning-rate schedule as ``optimizer`` says (the checkpoint restored its own), so that the
+    step after the resumed one already uses them."""
+    groups = scheduler.optimizer.param_groups
+    for index, group in enumerate(groups):
+        group.update(initial_lr=optimizer.lr, betas=tuple(optimizer.betas), eps=optimizer.eps)
+        # parameter_groups: the matrices' group (with weight decay) first, then the vectors'
+        group["weight_decay"] = optimizer.weight_decay if index == 0 and len(groups) == 2 else group["weight_decay"]
+    factor = warmup_cosine(total_steps, optimizer.warmup_ratio, optimizer.min_lr_ratio)
+    scheduler.lr_lambdas = [factor] * len(groups)
+    scheduler.base_lrs = [optimizer.lr] * len(groups)
+    for group in groups:
+        group["lr"] = optimizer.lr * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in groups]

@@ -10,6 +10,9 @@ evaluations, the reporter, the export) do the work.
 Per optimizer step each data-parallel rank runs its accumulation micro-batches; every micro-batch
 loss is divided by the token and digit counts of the whole global batch (summed over micro-batches
 and data-parallel ranks first), so the update does not depend on how the global batch is split.
+The engine (``parallel.engine``: DeepSpeed, FSDP2 or DDP) is a :class:`del_core.engines.Backend`
+that owns its part of the run from the process group to the exported weights; the trainer never
+asks which engine it holds.
 Under sequence parallelism (``parallel.sp``, DeepSpeed Ulysses) the ranks of a group share their
 micro-batches and each trains its contiguous shard of the sequences
 (:func:`del_core.data.sequence_shards.shard_batch`): the number spans and the counts come from the
@@ -39,14 +42,12 @@ from del_core.data.dataset_cache import DataRequest, prepare_cached_training_dat
 from del_core.data.sequence_shards import shard_batch
 from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
-from del_core.engines import Engine, fsdp2
-from del_core.engines import deepspeed as ds
+from del_core.engines import Backend, BatchShape, Engine, EngineSettings, Runtime, backend_type
+from del_core.engines.runtime import layout_line
 from del_core.losses import AutoWeight, head_weight_copy, measure_auto_weight
 from del_core.models.sequence_attention import evaluation_attention
-from del_core.parallel import ParallelDims, init_process_group, local_main_first, sum_over
+from del_core.parallel import ParallelDims, local_main_first, sum_over
 from del_core.training.config import TrainConfig
-from del_core.training.deepspeed_config import build_ds_config
-from del_core.training.engine_setup import TrainingEngine, apply_optimizer_settings, setup_engine
 from del_core.training.heldout import HeldOutHistory, HeldOutResult
 from del_core.training.loss_weight import run_auto_weight
 from del_core.training.model_export import ExportSource, export_model
@@ -55,8 +56,7 @@ from del_core.training.objective import CausalLMObjective, LossCompilation
 from del_core.training.records import FinalRecord, TrainRecord
 from del_core.training.reporting import Reporter, SilentReporter
 from del_core.training.run_folder import RunFolder, StopRequest
-from del_core.training.runtime import Runtime, layout_line
-from del_core.training.schedule import StepPlan
+from del_core.training.schedule import StepPlan, apply_optimizer_settings, lr_scheduler
 from del_core.training.step_metrics import StepSums, read_step, step_counts, train_record
 
 
@@ -79,19 +79,21 @@ def training_data(config: TrainConfig, tokenizer: Any, log: Callable[[str], None
 
 
 class Trainer:
-    """Fine-tunes a causal LM with a del_core loss under DeepSpeed (see the module docstring).
+    """Fine-tunes a causal LM with a del_core loss under DeepSpeed, FSDP2 or DDP (see the module
+    docstring).
 
     The trainer conducts; its collaborators do the work: :class:`RunFolder` keeps the output
     folder (lock, identity, status, records, checkpoints), :mod:`.model_setup` loads the tokenizer
-    and the model, :mod:`.engine_setup` builds the engine, :class:`HeldOutHistory` evaluates, the
-    reporter logs and :mod:`.model_export` writes the final model.
+    and the model, the engine's :class:`Backend` sets up the process group and builds the engine,
+    :class:`HeldOutHistory` evaluates, the reporter logs and :mod:`.model_export` writes the final
+    model.
     """
 
     config: TrainConfig
     output_dir: Path
     runtime: Runtime
     dims: ParallelDims
-    ds_config: Optional[dict]  # DeepSpeed's filled config; None under parallel.engine=fsdp2
+    backend: Backend  # the engine's life in the run (parallel.engine)
     folder: Optional[RunFolder]  # OUTPUT_DIR's bookkeeping, from the process set-up on
     stop: StopRequest
     tokens: RunTokenizer  # the tokenizer, its pad id and number vocabulary; where model and tokenizer come from
@@ -102,9 +104,8 @@ class Trainer:
     objective: CausalLMObjective
     peft_model: Any  # the PEFT wrapper of objective.lm with lora.enabled (writes the adapter), else None
     output_vocab_size: int  # logit columns of the model: a target id must be below it
-    engine: Engine  # DeepSpeed's engine or FSDP2Engine (parallel.engine)
+    engine: Engine  # what the backend built: driven per micro-batch
     scheduler: Any
-    built_engine: TrainingEngine  # the engine with its export gathering and evaluation context
     reporter: Union[Reporter, SilentReporter]
     heldout: HeldOutHistory
     step: int
@@ -119,8 +120,7 @@ class Trainer:
         self.last = None
         self.step = 0
         self.stop_agreed = False
-        self._partitioning = None  # transformers' HfDeepSpeedConfig, alive while the model lives
-        self._sequence_groups = None  # DeepSpeed's Ulysses groups (mpu) with parallel.sp > 1
+        self.backend = backend_type(config.parallel.engine)(engine_settings(config))
 
     # --- setup ---------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -141,31 +141,19 @@ class Trainer:
         else:
             print(text, flush=True)
 
-    @property
-    def _fsdp2(self) -> bool:
-        return self.config.parallel.engine == "fsdp2"
-
     def _setup_process(self) -> None:
-        """The process group, where this rank computes, OUTPUT_DIR claimed (rank 0 locks it before
-        anything is written into it), the stop signals and the DeepSpeed config (not with FSDP2)."""
-        on_gpu = torch.cuda.is_available()
-        if self._fsdp2:
-            init_process_group(on_gpu)
-        else:
-            ds.init_distributed(on_gpu)
-        self.runtime = Runtime.detect(self.config)  # after init: each rank's CUDA device is set
-        self.dims = ParallelDims.from_world(self.config.parallel.tp, self.config.parallel.sp)
+        """The engine's process group, where this rank computes, OUTPUT_DIR claimed (rank 0 locks it
+        before anything is written into it), the stop signals and the engine's layout."""
+        config = self.config
+        self.backend.init_process(torch.cuda.is_available())
+        self.runtime = Runtime.detect(config.model.precision)  # after init: each rank's CUDA device is set
+        self.dims = ParallelDims.from_world(config.parallel.tp, config.parallel.sp)
         self.folder = RunFolder(self.output_dir, self.dims, self.log)
-        self.folder.claim(self.config.run.resume, self.config.run.overwrite)
+        self.folder.claim(config.run.resume, config.run.overwrite)
         self.stop = StopRequest(announce=self.dims.is_main)
-        if self._fsdp2:
-            self.ds_config = None
-            self._gradient_divisor = fsdp2.gradient_divisor(self.dims.dp)
-        else:
-            runtime = self.runtime
-            self.ds_config = build_ds_config(self.config, self.dims.dp, runtime.bf16, runtime.use_ds_optimizer)
-            self._gradient_divisor = ds.gradient_divisor(self.ds_config, self.dims.dp, self.dims.sp)
-        self.log(layout_line(self.config, self.dims, self.runtime, self.ds_config))
+        shape = BatchShape(config.run.global_batch_size, config.run.micro_batch_size, self.dims.dp)
+        self.backend.configure(self.dims, self.runtime, shape)
+        self.log(layout_line(self.dims, self.runtime, shape.accumulation, shape.micro_batch, self.backend.describe()))
 
     def _setup_tokenizer(self) -> None:
         self.tokens = load_run_tokenizer(self.config, local_main_first(self.dims.local_rank), self.log)
@@ -193,14 +181,10 @@ class Trainer:
 
     def _setup_model_and_loss(self) -> None:
         loss_cfg = self.config.loss
-        built = load_training_model(
-            self.config, self.tokens.model_source, self.runtime, self.dims, self.ds_config, self.log
-        )
+        built = load_training_model(self.config, self.tokens.model_source, self.backend, self.log)
         model, self.peft_model, self.dims = built.model, built.peft_model, built.dims
-        self._partitioning, self._sequence_groups = built.partitioning, built.sequence_groups
         self.output_vocab_size = output_vocab_size(model)
-        # Only ZeRO-3 partitions the weight before the engine exists (FSDP2 shards it later).
-        gathered = functools.partial(ds.gathered, enabled=True) if self._zero3 else None
+        gathered = self.backend.head_gather()
         loss_fn = loss_cfg.build(self.vocab, functools.partial(head_weight_copy, model, self.runtime.device, gathered))
         compilation = None
         if loss_cfg.compile:
@@ -212,26 +196,15 @@ class Trainer:
         # checkpointing (transformers checkpoints only in training mode) would stay off until the
         # first held-out evaluation restored train mode, and for the whole run without one.
         self.objective.train()
-        if self._zero3 and loss_cfg.path == "chunked" and self.dims.tp == 1:
-            ds.register_lm_head_weight(self.objective)
-
-    @property
-    def _zero3(self) -> bool:
-        return not self._fsdp2 and self.ds_config["zero_optimization"].get("stage") == 3
+        self.backend.attach_objective(self.objective)
 
     def _setup_engine(self) -> None:
-        built = setup_engine(
-            self.objective,
-            self.config,
-            self.ds_config,
-            self.total_steps,
-            self.runtime,
-            self.dims,
-            self._sequence_groups,
-            self.log,
+        opt = self.config.optimizer
+        make_scheduler = functools.partial(
+            lr_scheduler, total_steps=self.total_steps, warmup_ratio=opt.warmup_ratio, min_ratio=opt.min_lr_ratio
         )
+        built = self.backend.build(self.objective, make_scheduler, self.log)
         self.engine, self.scheduler, self.dims = built.engine, built.scheduler, built.dims
-        self.built_engine = built
 
     def _setup_resume_and_logging(self) -> None:
         """The checkpoint loaded (with the optimizer settings a resume overrides), the automatic
@@ -242,7 +215,7 @@ class Trainer:
         if self.config.loss.is_auto:
             self._resolve_auto_weight()
         self.reporter = self.folder.begin(self.step, self.config, self.total_steps, self.stop)
-        synced_generation = (self._zero3 or self._fsdp2) and self.dims.world > 1
+        synced_generation = self.backend.synced_generation(self.dims.world)
         self.heldout = HeldOutHistory.for_run(
             self.config, self.data, self.tokens, self.dims, self.runtime.device, synced_generation, self.log
         )
@@ -250,7 +223,7 @@ class Trainer:
 
     # --- training ------------------------------------------------------------------------------
     def _evaluate(self, label: str) -> Optional[HeldOutResult]:
-        with self.built_engine.evaluating():
+        with self.backend.evaluating():
             return self.heldout.evaluate(self.objective, self.step, label, self.reporter)
 
     def maybe_evaluate(self) -> None:
@@ -359,8 +332,8 @@ class Trainer:
             batch = cpu_batch.to(self.runtime.device)  # non-blocking from pinned memory on a GPU
             out = self._forward(batch, counts)
             # Each micro-batch loss is already divided by the global counts: the gradient wanted is
-            # the plain sum over micro-batches and ranks, which DeepSpeed averages over.
-            self.engine.backward(out["loss"] * self._gradient_divisor, scale_wrt_gas=False)
+            # the plain sum over micro-batches and ranks, which the engine averages over.
+            self.engine.backward(out["loss"] * self.backend.gradient_divisor, scale_wrt_gas=False)
             self.engine.step()
             sums.add(out)
         self.step += 1
@@ -368,7 +341,7 @@ class Trainer:
         readout = read_step(
             sums,
             counts,
-            ds.grad_norm(self.engine),
+            self.engine.get_global_grad_norm(),
             self.runtime.peak_memory_gb(),
             self.stop.requested,
             self.dims.shard_sum_group,
@@ -425,8 +398,9 @@ class Trainer:
     def export(self) -> None:
         """Gather the full weights once and write OUTPUT_DIR/final in Hugging Face format; with
         LoRA the adapters merged into the base weights there, and the adapter in final/adapter."""
-        full_state = self.built_engine.full_state
-        source = ExportSource(full_state, self.objective, self.peft_model, self.tokens.tokenizer, self.config)
+        source = ExportSource(
+            self.backend.full_state, self.objective, self.peft_model, self.tokens.tokenizer, self.config
+        )
         export_model(source, self.folder.final_model, self.dims, self.log)
 
     def mark_failed(self) -> None:
@@ -440,6 +414,11 @@ class Trainer:
         self.reporter.close()
         if self.folder is not None:
             self.folder.close()
+
+
+def engine_settings(config: TrainConfig) -> EngineSettings:
+    """What the engine reads of ``config``."""
+    return EngineSettings(config.parallel, config.optimizer, config.loss.path, config.lora.enabled)
 
 
 def run(config: TrainConfig) -> Optional[FinalRecord]:

@@ -1,4 +1,4 @@
-"""The trainer's optimizer step under FSDP2 against DeepSpeed ZeRO-3, on the step profile's workload.
+"""The trainer's optimizer step under FSDP2 and DDP against DeepSpeed ZeRO-3, on the step profile's workload.
 
     python tests/bench/engine_step_time.py                        # SmolLM2-135M-Instruct, 1 and 2 processes
     python tests/bench/engine_step_time.py --quick                # the tiny model, ~2 minutes
@@ -6,11 +6,11 @@
 
 Every run is one fresh process set of ``tests/bench/step_profile.py``'s trainer side (the same
 model, rows, global batch, torch AdamW, clipping 1.0, DEL at a fixed lambda; its options apply):
-``parallel.zero_stage=3`` under DeepSpeed, or ``parallel.engine=fsdp2``. A round runs both engines
-of a cell back to back, in an order that alternates between rounds, so a shared machine's drift
-falls on both. Per cell: each engine's step time (median over rounds, min-max), and the paired
-per-round ratios fsdp2 / zero3 of step time and peak memory (the largest ``ru_maxrss`` over the
-ranks), median and min-max.
+``parallel.zero_stage=3`` under DeepSpeed, ``parallel.engine=fsdp2`` or ``parallel.engine=ddp``. A
+round runs the engines of a cell back to back, in an order that reverses between rounds, so a
+shared machine's drift falls on all. Per cell: each engine's step time (median over rounds,
+min-max), and the paired per-round ratios engine / zero3 of step time and peak memory (the largest
+``ru_maxrss`` over the ranks), median and min-max.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import step_profile  # noqa: E402  (tests/bench is not a package)
 
-ENGINES = {"zero3": (), "fsdp2": ("parallel.engine=fsdp2",)}
+ENGINES = {"zero3": (), "fsdp2": ("parallel.engine=fsdp2",), "ddp": ("parallel.engine=ddp",)}
+NAMES = {"zero3": "ZeRO-3", "fsdp2": "FSDP2", "ddp": "DDP"}
 
 
 def one_run(args, work: Path, model: str, rows: str, cell: tuple[str, str, int], round_index: int) -> dict:
@@ -66,28 +67,27 @@ def _cell(values: list[float], digits: int = 2) -> str:
 
 
 def table(runs: list[dict]) -> str:
-    """The markdown table: per (loss, processes), both engines' step times and the paired ratios."""
+    """The markdown table: per (loss, processes, engine), its step time and peak memory, and the
+    ratios to ZeRO-3's paired by round."""
     lines = [
-        "| loss | procs | rounds | ZeRO-3 step s | FSDP2 step s | time ratio FSDP2/ZeRO-3 | ZeRO-3 peak GB "
-        "| FSDP2 peak GB | memory ratio FSDP2/ZeRO-3 |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| loss | procs | engine | rounds | step s | time ratio to ZeRO-3 | peak GB | memory ratio to ZeRO-3 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for loss, nproc in sorted({(r["loss"], r["nproc"]) for r in runs}, key=lambda c: (c[1], c[0])):
         cell = [r for r in runs if (r["loss"], r["nproc"]) == (loss, nproc)]
-        zero3, fsdp2 = ({r["round"]: r for r in cell if r["engine"] == engine} for engine in ENGINES)
-        pairs = [(zero3[i], fsdp2[i]) for i in sorted(set(zero3) & set(fsdp2))]
-        if pairs:
-            times = [(a["step_s"], b["step_s"]) for a, b in pairs]
-            peaks = [(a["peak_gb"], b["peak_gb"]) for a, b in pairs]
+        by_engine = {engine: {r["round"]: r for r in cell if r["engine"] == engine} for engine in ENGINES}
+        zero3 = by_engine["zero3"]
+        for engine, rounds in by_engine.items():
+            pairs = [(zero3[i], rounds[i]) for i in sorted(set(zero3) & set(rounds))]
+            if not pairs:
+                continue
             cells = [
-                _cell([a for a, _ in times], 3),
-                _cell([b for _, b in times], 3),
-                _cell([b / a for a, b in times]),
-                _cell([a for a, _ in peaks]),
-                _cell([b for _, b in peaks]),
-                _cell([b / a for a, b in peaks]),
+                _cell([b["step_s"] for _, b in pairs], 3),
+                _cell([b["step_s"] / a["step_s"] for a, b in pairs]),
+                _cell([b["peak_gb"] for _, b in pairs]),
+                _cell([b["peak_gb"] / a["peak_gb"] for a, b in pairs]),
             ]
-            lines.append(f"| {loss} | {nproc} | {len(pairs)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {loss} | {nproc} | {NAMES[engine]} | {len(pairs)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -1,13 +1,15 @@
 """The package's dependency rules, checked on the code itself (imports inside functions included):
 the losses, the parallel layer, the data pipeline and the engines package import without
 DeepSpeed; torch.distributed is used only in del_core.parallel (and FSDP2's sharding and
-checkpoints in del_core/engines/fsdp2.py); DeepSpeed only in
-del_core/engines/deepspeed.py; the Trainer adapter (del_core.integrations) never imports the
-DeepSpeed trainer (del_core.training); entry scripts stay short and functions small."""
+checkpoints in del_core/engines/fsdp2/); DeepSpeed only in del_core/engines/deepspeed/; the
+engines never import the trainer (del_core.training), and nothing outside del_core/engines asks
+which engine runs; the Trainer adapter (del_core.integrations) never imports the trainer; entry
+scripts stay short and functions small."""
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +44,10 @@ sys.meta_path.insert(0, Block())
         "del_core.plain_loop",
         "del_core.training.schedule",
         "del_core.engines",
+        "del_core.engines.registry",
         "del_core.engines.deepspeed",
         "del_core.engines.fsdp2",
+        "del_core.engines.ddp",
         "del_core.experiments.study",
         "del_core.experiments.numeric_bench.protocol",
     ],
@@ -88,16 +92,73 @@ def _modules_importing(prefix: str, under: Path = PACKAGE, root: Path = REPO) ->
 
 def test_torch_distributed_only_in_the_parallel_layer_and_the_fsdp2_engine():
     """Process groups and collectives in del_core/parallel; FSDP2's sharding and
-    torch.distributed.checkpoint only in its engine, del_core/engines/fsdp2.py."""
-    allowed = [p for p in _modules_importing("torch.distributed") if p != "del_core/engines/fsdp2.py"]
+    torch.distributed.checkpoint only in its engine, del_core/engines/fsdp2/engine.py."""
+    allowed = [p for p in _modules_importing("torch.distributed") if not p.startswith("del_core/engines/fsdp2/")]
     assert all(path.startswith("del_core/parallel/") for path in allowed), allowed
     for engine_part in ("torch.distributed.fsdp", "torch.distributed.checkpoint"):
-        assert _modules_importing(engine_part) == ["del_core/engines/fsdp2.py"], engine_part
+        assert _modules_importing(engine_part) == ["del_core/engines/fsdp2/engine.py"], engine_part
 
 
 def test_deepspeed_only_in_the_engines_package():
-    assert _modules_importing("deepspeed") == ["del_core/engines/deepspeed.py"]
+    assert _modules_importing("deepspeed") == ["del_core/engines/deepspeed/glue.py"]
     assert not any("recipes" in name for p in PACKAGE.rglob("*.py") for name in _imports(p))
+
+
+def test_the_engines_never_import_the_trainer():
+    """The engines sit below the trainer: they read the recipe's sections they own
+    (del_core.engines.settings), the trainer imports them, never the other way round."""
+    assert _modules_importing("del_core.training", PACKAGE / "engines") == []
+
+
+# The HF Trainer adapter asks transformers whether its DeepSpeed runs ZeRO-3 (its engine is the
+# HF Trainer's, not one of del_core/engines).
+ENGINE_QUESTIONS_ALLOWED = {"del_core/integrations/hf_trainer.py": {"is_deepspeed_zero3_enabled"}}
+
+
+ENGINE_SWITCH = re.compile(r"^_?(zero3|fsdp2)$|(zero3|fsdp2)_enabled$")
+
+
+def _engine_questions(path: Path, root: Path = REPO) -> list[str]:
+    """Where ``path`` asks which engine runs, in function bodies too: a comparison with an engine's
+    name or with an ``.engine`` attribute, or a switch named after ZeRO-3 or FSDP2 (``_zero3``,
+    ``fsdp2``, ``is_deepspeed_zero3_enabled``; a constant of the ZeRO-3 memory model is no switch)."""
+    from del_core.engines import ENGINE_NAMES
+
+    allowed = ENGINE_QUESTIONS_ALLOWED.get(str(path.relative_to(root)), set())
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            names = {o.value for o in operands if isinstance(o, ast.Constant) and isinstance(o.value, str)}
+            if names & set(ENGINE_NAMES) or any(isinstance(o, ast.Attribute) and o.attr == "engine" for o in operands):
+                found.append(f"line {node.lineno}: compares with the engine")
+        name = getattr(node, "id", None) or getattr(node, "attr", None) or getattr(node, "name", None)
+        if isinstance(name, str) and ENGINE_SWITCH.search(name) and name not in allowed:
+            found.append(f"line {node.lineno}: {name}")
+    return found
+
+
+def test_nothing_outside_the_engines_asks_which_engine_runs():
+    """Each engine's life is its backend's: no ``parallel.engine == ...`` or ZeRO-3 test elsewhere."""
+    asking = {
+        str(p.relative_to(REPO)): found
+        for root in (PACKAGE, REPO / "recipes")
+        for p in root.rglob("*.py")
+        if not p.is_relative_to(PACKAGE / "engines") and (found := _engine_questions(p))
+    }
+    assert asking == {}, asking
+
+
+def test_the_engine_question_finder_sees_function_bodies(tmp_path):
+    """The check above would pass on a finder that misses these."""
+    probe = tmp_path / "del_core" / "training" / "probe.py"
+    probe.parent.mkdir(parents=True)
+    probe.write_text(
+        "def f(config):\n    if config.parallel.engine == 'fsdp2':\n        return 1\n"
+        "    return g(self_zero3=True)\n\n\nclass T:\n    def _zero3(self):\n        return 'deepspeed' != x.engine\n"
+    )
+    found = _engine_questions(probe, tmp_path)
+    assert len([f for f in found if "compares" in f]) == 2 and any("_zero3" in f for f in found), found
 
 
 def test_the_trainer_adapter_never_imports_the_deepspeed_trainer():

@@ -1,5 +1,5 @@
-"""Crash-safe, verified checkpoint bookkeeping around the engine's own save/load (DeepSpeed's, or
-FSDP2's ``torch.distributed.checkpoint`` folders: :class:`del_core.engines.Engine`).
+"""Crash-safe, verified checkpoint bookkeeping around the engine's own save/load (DeepSpeed's,
+FSDP2's ``torch.distributed.checkpoint`` folders, DDP's files: :class:`del_core.engines.Engine`).
 
 Layout: ``OUTPUT_DIR/checkpoints/step_000300/`` holds what ``engine.save_checkpoint`` wrote (every
 rank's shards) and, written LAST by rank 0 after all ranks finished, ``COMPLETE.json``: the step,
@@ -133,7 +133,7 @@ def verify(checkpoint_dir: Path, state: dict, share: tuple[int, int] = (0, 1)) -
     return None
 
 
-# --- saving and resuming a DeepSpeed engine ------------------------------------------------------
+# --- saving and resuming an engine ------------------------------------------------------
 def save(
     engine: Any,
     output_dir: Path,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from del_core.config import ConfigError, config_to_dict
+from del_core.engines import backend_type
 
 FREE_KEYS = frozenset(
     {
@@ -91,15 +92,15 @@ def _flatten(prefix: str, value: Any, out: dict[str, Any]) -> None:
 
 def run_identity(config: Any, num_items: int, total_steps: int, world_size: int) -> dict[str, Any]:
     """The identity of a run of ``config`` (a TrainConfig) over ``num_items`` sequences for
-    ``total_steps`` steps on ``world_size`` ranks (not recorded under FSDP2, whose checkpoints
-    reshard on load): dotted key -> value, sorted."""
+    ``total_steps`` steps on ``world_size`` ranks (not recorded for an engine whose checkpoints
+    reshard on load: :attr:`del_core.engines.Backend.reshards_checkpoints`): dotted key -> value, sorted."""
     flat: dict[str, Any] = {}
     for section, values in config_to_dict(config).items():
         _flatten(section, values, flat)
     if not config.lora.enabled:
         flat = {k: v for k, v in flat.items() if not k.startswith("lora.") or k == "lora.enabled"}
     flat.update({"data.num_items": num_items, "run.total_steps": total_steps})
-    if config.parallel.engine != "fsdp2":  # FSDP2's checkpoints load at any world size
+    if not backend_type(config.parallel.engine).reshards_checkpoints:
         flat["parallel.world_size"] = world_size
     return {k: flat[k] for k in sorted(flat) if k not in FREE_KEYS}
 

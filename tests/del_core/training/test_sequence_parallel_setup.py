@@ -144,11 +144,13 @@ def test_evaluation_attention_is_plain_sdpa_and_restores_training_attention(tiny
 def test_the_deepspeed_config_counts_data_parallel_ranks_only():
     """ZeRO-3's partitioning in from_pretrained reads the config before the Ulysses groups exist:
     sequence_parallel_size makes it count world / sp data-parallel ranks in the batch sizes."""
-    from del_core.training.config import RunConfig
-    from del_core.training.deepspeed_config import build_ds_config
+    from del_core.engines import BatchShape
+    from del_core.engines.deepspeed.config import build_ds_config
+    from del_core.training.config import OptimizerConfig
 
-    config = TrainConfig(parallel=ParallelConfig(sp=4), run=RunConfig(global_batch_size=8, micro_batch_size=2))
-    ds = build_ds_config(config, 2, bf16=False, use_ds_optimizer=False)  # 8 ranks = dp 2 x sp 4
+    shape = BatchShape(global_batch=8, micro_batch=2, data_parallel=2)  # 8 ranks = dp 2 x sp 4
+    ds = build_ds_config(ParallelConfig(sp=4), OptimizerConfig(), shape, bf16=False, use_ds_optimizer=False)
     assert ds["sequence_parallel_size"] == 4
     assert (ds["train_batch_size"], ds["gradient_accumulation_steps"]) == (8, 2)
-    assert "sequence_parallel_size" not in build_ds_config(TrainConfig(), 2, bf16=False, use_ds_optimizer=False)
+    plain = build_ds_config(ParallelConfig(), OptimizerConfig(), shape, bf16=False, use_ds_optimizer=False)
+    assert "sequence_parallel_size" not in plain

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from del_core.training.optimizer import torch_adamw
+from del_core.engines.optimizer import torch_adamw
 
 
 def _groups(params: list[torch.nn.Parameter]) -> list[dict]:

@@ -12,8 +12,9 @@ import torch
 from del_core import DigitVocab
 from del_core.config import ConfigError
 from del_core.data.tokenized import TokenBatch, check_target_ids
+from del_core.engines import BatchShape
+from del_core.engines.deepspeed.config import build_ds_config
 from del_core.training.config import load_train_config
-from del_core.training.deepspeed_config import build_ds_config
 from del_core.training.records import EvalRecord, FinalRecord, TrainRecord, read_metrics, record_to_json
 from del_core.training.run_folder import checkpoints
 from del_core.training.schedule import StepPlan, warmup_cosine
@@ -57,29 +58,32 @@ def test_warmup_cosine_values():
 
 
 # --- DeepSpeed config -----------------------------------------------------------------------
+def ds_config_of(config, data_parallel: int, bf16: bool, use_ds_optimizer: bool) -> dict:
+    shape = BatchShape(config.run.global_batch_size, config.run.micro_batch_size, data_parallel)
+    return build_ds_config(config.parallel, config.optimizer, shape, bf16, use_ds_optimizer)
+
+
 def test_ds_config_is_filled_from_the_recipe():
     config = load_train_config(
         None,
         ["run.global_batch_size=128", "run.micro_batch_size=2", "parallel.zero_stage=2", "optimizer.grad_clip=0.5"],
     )
-    ds = build_ds_config(config, data_parallel=16, bf16=True, use_ds_optimizer=True)
+    ds = ds_config_of(config, data_parallel=16, bf16=True, use_ds_optimizer=True)
     assert ds["train_micro_batch_size_per_gpu"] == 2 and ds["gradient_accumulation_steps"] == 4
     assert ds["train_batch_size"] == 128 and ds["bf16"]["enabled"] is True and ds["gradient_clipping"] == 0.5
     assert ds["zero_optimization"]["stage"] == 2 and ds["optimizer"]["type"] == "AdamW"
-    offload = build_ds_config(load_train_config(None, ["parallel.offload=true"]), 1, False, use_ds_optimizer=False)
+    offload = ds_config_of(load_train_config(None, ["parallel.offload=true"]), 1, False, use_ds_optimizer=False)
     assert offload["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
     assert "optimizer" not in offload and offload["zero_force_ds_cpu_optimizer"] is False
     with pytest.raises(ConfigError, match="not divisible by run.micro_batch_size 2 x 3 data-parallel"):
-        build_ds_config(
-            load_train_config(None, ["run.global_batch_size=128", "run.micro_batch_size=2"]), 3, False, False
-        )
+        ds_config_of(load_train_config(None, ["run.global_batch_size=128", "run.micro_batch_size=2"]), 3, False, False)
 
 
 def test_ds_config_with_unfilled_auto_is_an_error(tmp_path):
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}))
     with pytest.raises(ConfigError, match="zero_optimization.reduce_bucket_size"):
-        build_ds_config(load_train_config(None, [f"parallel.ds_config={path}"]), 1, False, False)
+        ds_config_of(load_train_config(None, [f"parallel.ds_config={path}"]), 1, False, False)
 
 
 # --- checkpoints ----------------------------------------------------------------------------

@@ -1,10 +1,10 @@
-"""Everything that talks to DeepSpeed: the process group, the engine, ZeRO-3 parameter gathering and
+"""The calls into DeepSpeed: the process group, the engine, ZeRO-3 parameter gathering and
 external parameters, the gradient divisor, AutoTP's groups, Ulysses sequence parallelism and the
-consolidated export. The only DeepSpeed importer of del_core; DeepSpeed itself is imported inside
-the functions, so importing this module does not import it.
+consolidated export. With :mod:`.config` and :mod:`.backend`, the only DeepSpeed code of del_core;
+DeepSpeed itself is imported inside the functions, so importing this module does not import it.
 
-The DeepSpeed trainer (:mod:`del_core.training.trainer`) and the Trainer adapter
-(:mod:`del_core.integrations`) both use it. ``objective`` below is the module a trainer hands to the
+The trainer's DeepSpeed engine (:class:`del_core.engines.deepspeed.DeepSpeedBackend`) and the
+Trainer adapter (:mod:`del_core.integrations`) both use it. ``objective`` below is the module a trainer hands to the
 engine: a causal LM ``lm`` followed by its loss, reading the loss's path from ``loss_path`` and the
 LM-head weight from ``head_weight()`` (:class:`del_core.training.objective.CausalLMObjective`).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 
@@ -190,13 +190,3 @@ def full_state_dict(engine: Any, objective: torch.nn.Module, gather: bool, is_ma
     if gather:
         return engine._consolidated_16bit_state_dict()
     return objective.state_dict() if is_main else None
-
-
-def grad_norm(engine: Any) -> Union[torch.Tensor, float, None]:
-    """The last step's global gradient norm as DeepSpeed keeps it, not read: a tensor (ZeRO-2/3,
-    usually on the device), a float (inf after an overflow) or None (not computed)."""
-    return engine.get_global_grad_norm()
-
-
-def zero_stage(engine: Any) -> int:
-    return engine.zero_optimization_stage()

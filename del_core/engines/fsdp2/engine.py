@@ -1,4 +1,4 @@
-"""The trainer's second engine: torch's FSDP2 (``fully_shard``) around the objective.
+"""torch's FSDP2 (``fully_shard``) around the objective, driven like DeepSpeed's engine.
 
 Every decoder layer (the model's ``_no_split_modules`` classes) is one FSDP unit and the objective
 itself the root unit, which holds the embedding, the final norm and the LM head. The objective's
@@ -12,8 +12,8 @@ which steps the optimizer after the last micro-batch of an optimizer step. The m
 before it neither reduce-scatter nor reshard (``set_requires_gradient_sync`` /
 ``set_reshard_after_backward``); the gradients are clipped over the DTensors; checkpoints are
 ``torch.distributed.checkpoint`` folders (model and optimizer through ``get_state_dict`` /
-``set_state_dict``), which load at another world size. The only FSDP2 importer of del_core; torch's
-FSDP2 modules are imported inside the functions.
+``set_state_dict``), which load at another world size. With :mod:`.backend`, the only FSDP2 code of
+del_core; torch's FSDP2 modules are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -234,10 +234,3 @@ def initialize(
     shard(objective, settings, device)
     optimizer = make_optimizer(objective)
     return FSDP2Engine(objective, optimizer, make_scheduler(optimizer), settings)
-
-
-def gradient_divisor(dp: int) -> int:
-    """The rank count FSDP2's reduce-scatter divides the summed gradients by (it averages over
-    the ``dp`` data-parallel ranks): the trainer multiplies each loss by it, so that the update
-    follows the plain sum over ranks and micro-batches."""
-    return dp
