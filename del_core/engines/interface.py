@@ -82,12 +82,11 @@ class BatchShape:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """What an engine reads of the recipe: its sections, the loss's path (``logits`` or
-    ``chunked``) and whether LoRA adapters train (the base weights frozen)."""
+    """What an engine reads of the recipe: its sections and whether LoRA adapters train (the base
+    weights frozen). How the loss reads the model is the objective's (``objective.path``)."""
 
     parallel: ParallelConfig
     optimizer: OptimizerConfig
-    loss_path: str
     lora: bool
 
 

@@ -59,7 +59,6 @@ from typing import Any, Optional, Union
 
 import torch
 from transformers import Trainer
-from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
 from del_core.config import ConfigError
 from del_core.engines import deepspeed as ds
@@ -233,7 +232,7 @@ class DELTrainerMixin:
         """Under ZeRO-3 a loss path that reads the LM-head weight (the chunked one) runs as a module
         of the model (:mod:`.zero3_head`), so that ZeRO-3 gathers that weight for it; attached
         before ``train()`` hands the model to DeepSpeed. None on the logits path and without ZeRO-3."""
-        if not self.del_loss_path.reads_head_weight or not is_deepspeed_zero3_enabled():
+        if not self.del_loss_path.reads_head_weight or not ds.parameters_partitioned():
             return None
         return attach_chunked_loss_host(self.model)
 

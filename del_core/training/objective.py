@@ -1,4 +1,4 @@
-"""The module the engine trains (DeepSpeed or FSDP2): a Hugging Face causal LM followed by a del_core loss.
+"""The module the engine trains (DeepSpeed, FSDP2 or DDP): a Hugging Face causal LM followed by a del_core loss.
 
 The loss sits inside the engine's module so that everything it reads from the model (the LM-head
 weight for the chunked path) is read during the module's own forward and backward, where the

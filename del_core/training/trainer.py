@@ -418,7 +418,7 @@ class Trainer:
 
 def engine_settings(config: TrainConfig) -> EngineSettings:
     """What the engine reads of ``config``."""
-    return EngineSettings(config.parallel, config.optimizer, config.loss.path, config.lora.enabled)
+    return EngineSettings(config.parallel, config.optimizer, config.lora.enabled)
 
 
 def run(config: TrainConfig) -> Optional[FinalRecord]:

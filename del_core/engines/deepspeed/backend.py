@@ -93,7 +93,7 @@ class DeepSpeedBackend(Backend):
     def attach_objective(self, objective: torch.nn.Module) -> None:
         """The chunked loss under ZeRO-3 reads the head's weight outside the head: registered as
         the objective's external parameter (under AutoTP in :meth:`build`, where the head is made)."""
-        if self.zero3 and self.settings.loss_path == "chunked" and self.dims.tp == 1:
+        if self.zero3 and objective.path.reads_head_weight and self.dims.tp == 1:
             glue.register_lm_head_weight(objective)
 
     def build(

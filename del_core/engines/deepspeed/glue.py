@@ -5,7 +5,7 @@ DeepSpeed itself is imported inside the functions, so importing this module does
 
 The trainer's DeepSpeed engine (:class:`del_core.engines.deepspeed.DeepSpeedBackend`) and the
 Trainer adapter (:mod:`del_core.integrations`) both use it. ``objective`` below is the module a trainer hands to the
-engine: a causal LM ``lm`` followed by its loss, reading the loss's path from ``loss_path`` and the
+engine: a causal LM ``lm`` followed by its loss, reading its loss path from ``path`` and the
 LM-head weight from ``head_weight()`` (:class:`del_core.training.objective.CausalLMObjective`).
 """
 
@@ -101,13 +101,22 @@ def initialize(
     return engine, scheduler
 
 
+def parameters_partitioned() -> bool:
+    """Whether the DeepSpeed config the Hugging Face Trainer runs partitions the parameters (ZeRO-3):
+    then a weight read outside its module, such as the chunked loss's LM-head weight, must be
+    gathered. transformers records that config globally; this asks it without importing DeepSpeed."""
+    from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled()
+
+
 def register_tensor_parallel_head_weight(engine: Any, objective: torch.nn.Module) -> None:
     """Under AutoTP with ZeRO-3 the chunked loss reads the vocab-parallel head's weight, a parameter
     AutoTP created inside ``deepspeed.initialize`` (the head registered before it is gone) and
     ZeRO-3 partitions over data parallel: registered as the objective's external parameter, it is
     gathered (this rank's vocabulary rows, whole) around the objective's forward and backward, and
     its gradient is reduce-scattered into ZeRO-3's partitioned gradient after the backward."""
-    if objective.loss_path == "chunked" and engine.zero_optimization_stage() == 3 and engine.autotp_size() > 1:
+    if objective.path.reads_head_weight and engine.zero_optimization_stage() == 3 and engine.autotp_size() > 1:
         register_lm_head_weight(objective)
 
 
