@@ -143,7 +143,8 @@ class DELTrainerMixin:
         self.del_loss, self.del_loss_spec = chosen.loss, chosen.spec
         auto = self.del_loss_spec is not None and self.del_loss_spec.is_auto
         self._del_sp = self.get_sp_size()
-        raise_problems(sequence_parallel_problems(self._del_sp, auto, self.is_deepspeed_enabled))
+        whole = self.del_loss.name if self.del_loss.needs.whole_sequences else None
+        raise_problems(sequence_parallel_problems(self._del_sp, auto, self.is_deepspeed_enabled, whole))
         self._del_loss_scale = self._backward_scale()
         if self._del_sp > 1:
             self.data_collator = self._whole_sequence_spans(self.data_collator)
@@ -166,6 +167,7 @@ class DELTrainerMixin:
         total = self.reduce_counts(window_target_counts(batch_samples, self.del_loss.vocab, device))
         self._del_window = WindowCounts(total[0], total[1], len(batch_samples))
         self._del_left = len(batch_samples)
+        self.del_loss.set_step(self.state.global_step)
         if self._del_auto_pending:
             self._resolve_auto_weight(batch_samples, self._del_window)
         self._del_metrics.start_step()

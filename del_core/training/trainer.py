@@ -356,6 +356,7 @@ class Trainer:
         counts = step_counts(batches, self.runtime.device, self.dims.dp_group)
         lr = self.scheduler.get_last_lr()[0] if self.scheduler is not None else self.config.optimizer.lr
         sums = StepSums(self.runtime.device)
+        self.objective.loss_fn.set_step(self.step)
         for cpu_batch in batches:
             batch = cpu_batch.to(self.runtime.device)  # non-blocking from pinned memory on a GPU
             out = self._forward(batch, counts)

@@ -1,0 +1,162 @@
+"""NTIL (Numerical Token Integrity Loss): a place-weighted digit Earth Mover's Distance plus
+whole-number error terms, rescaled to a fixed share of the CE (single-digit vocabularies).
+
+Per sequence, over its digit runs (:mod:`.number_runs`; the point ends a run):
+
+* digit EMD: ``EMD_t = sum_c |c - d_t| softmax(z_t[digits])_c`` weighted ``digit_exp ** k_t``
+  (k_t the digits after t in its run), averaged over the sequence's digit positions;
+* whole numbers: each run's digits predicted by a straight-through hard Gumbel-softmax (forward:
+  the one-hot of ``argmax(z + g)``; gradient: through ``softmax((z + g) / tau)``), read as the
+  number X against the label's number Y: ``abs = |X - Y| / (max(X, Y) + 1)`` (0 where X == Y) and
+  ``mag = log((max + 1) / (min + 1))``, averaged over the sequence's runs;
+* ``T_s = digit_alpha EMD + abs_alpha abs + mag_alpha mag``; the term is the mean of T_s over the
+  sequences of the batch (0 for a sequence without digits).
+
+The loss is ``CE + lambda (CE / (term + 1e-10)).detach() term``: the term's value is rescaled to
+lambda x CE (lambda 0.3 in the released code). Because the rescaling divides by the term, the
+term's normaliser cancels; the CE and the term are those of the call (see :meth:`NTILLoss.weighted_aux`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import torch
+
+from ..vocab import DigitVocab
+from .base import Batch, LossNeeds, NumericLoss
+from .digit_terms import ntl_was_term
+from .number_runs import NumberRuns, batch_runs, per_row_count, per_run_sum
+
+NTIL_DEFAULT_WEIGHT = 0.3  # the released ntil_lambda
+RATIO_EPS = 1e-10  # the released code's guard in CE / term
+
+
+@dataclass(frozen=True)
+class NTILWeights:
+    """The released code's coefficients: place base and the three terms' weights."""
+
+    digit_exp: float = 1.2
+    digit_alpha: float = 1.0
+    abs_alpha: float = 0.2
+    mag_alpha: float = 0.2
+
+
+def straight_through_digits(digit_logits: torch.Tensor, noise: Optional[torch.Tensor], tau: float) -> torch.Tensor:
+    """[N] the predicted digit value of each row of ``digit_logits`` [N, 10]: forward the argmax of
+    ``z + noise`` (an exact integer), gradient that of ``sum_c c softmax((z + noise) / tau)_c``."""
+    perturbed = digit_logits if noise is None else digit_logits + noise
+    soft = torch.softmax(perturbed / tau, dim=-1)
+    classes = torch.arange(10, device=digit_logits.device)
+    hard = (perturbed.argmax(-1, keepdim=True) == classes).to(soft.dtype)
+    chosen = hard - soft.detach() + soft
+    return (chosen * classes.to(soft.dtype)).sum(-1)
+
+
+def whole_number_errors(predicted: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(abs, mag) [N] of predicted numbers X against targets Y (both >= 0)."""
+    high, low = torch.maximum(predicted, target), torch.minimum(predicted, target)
+    relative = (predicted - target).abs() / (high + 1.0)
+    relative = torch.where(predicted == target, torch.zeros_like(relative), relative)
+    return relative, torch.log((high + 1.0) / (low + 1.0))
+
+
+def ntil_sequence_terms(
+    digit_logits: torch.Tensor,
+    runs: NumberRuns,
+    rows: int,
+    weights: NTILWeights,
+    noise: Optional[torch.Tensor],
+    tau: float,
+) -> torch.Tensor:
+    """[N] per-position shares of the per-sequence terms: summed over the positions they give
+    ``sum_s T_s``. ``digit_logits`` [N, 10] (finite at digit positions), ``runs`` of ``rows``
+    sequences, ``noise`` [N, 10] the scaled Gumbel noise or None."""
+    dtype = digit_logits.dtype
+    digits = per_row_count(runs.is_digit, runs, rows).clamp_min(1).to(dtype)[runs.row]
+    n_runs = per_row_count(runs.is_run_start, runs, rows).clamp_min(1).to(dtype)[runs.row]
+    place = runs.digits_after.to(dtype)
+    emd = ntl_was_term(digit_logits, runs.digit)
+    share = weights.digit_alpha * torch.pow(weights.digit_exp, place) * emd / digits
+    power = torch.pow(10.0, place)
+    predicted = per_run_sum(straight_through_digits(digit_logits, noise, tau) * power, runs)
+    target = per_run_sum(runs.digit.to(dtype) * power, runs)
+    relative, magnitude = whole_number_errors(predicted, target)
+    whole = (weights.abs_alpha * relative + weights.mag_alpha * magnitude) / n_runs
+    share = share + torch.where(runs.is_run_start, whole, torch.zeros_like(whole))
+    return torch.where(runs.is_digit, share, torch.zeros_like(share))
+
+
+class NTILLoss(NumericLoss):
+    """NTIL (ACL 2025) as released: ``CE + lambda (CE / (term + 1e-10)).detach() term``.
+
+    ``noise_scale`` (0.01) scales the Gumbel noise; 0 gives the plain argmax (deterministic).
+    The noise of a call is drawn from a generator seeded by ``(seed, step, call)``:
+    :meth:`set_step` (the trainer's step) starts each step's stream, so that runs stay
+    reproducible and resumable. ``tau`` (0.1) is the Gumbel-softmax temperature."""
+
+    name = "ntil"
+    needs = LossNeeds(vocab=True, whole_sequences=True)
+
+    def __init__(
+        self,
+        vocab: DigitVocab,
+        weight: float,
+        digit_exp: float = 1.2,
+        digit_alpha: float = 1.0,
+        abs_alpha: float = 0.2,
+        mag_alpha: float = 0.2,
+        noise_scale: float = 0.01,
+        tau: float = 0.1,
+        seed: int = 0,
+        validate: Union[bool, str] = "async",
+    ):
+        if weight < 0:
+            raise ValueError(f"{self.name}: weight must be >= 0, got {weight}")
+        super().__init__(vocab, weight, validate)
+        if vocab.multi_digit:
+            raise ValueError(
+                f"{self.name}: the vocabulary {vocab.name or '<unnamed>'} writes numbers in multi-digit tokens; "
+                "NTIL scores the digits of a number one token each (use del, ntl_was or smmd)"
+            )
+        for key, value in (("digit_exp", digit_exp), ("tau", tau)):
+            if not value > 0:
+                raise ValueError(f"{self.name}: {key} must be > 0, got {value}")
+        for key, value in (("digit_alpha", digit_alpha), ("abs_alpha", abs_alpha), ("mag_alpha", mag_alpha)):
+            if not value >= 0:
+                raise ValueError(f"{self.name}: {key} must be >= 0, got {value}")
+        if not noise_scale >= 0:
+            raise ValueError(f"{self.name}: noise_scale must be >= 0, got {noise_scale}")
+        self.weights = NTILWeights(float(digit_exp), float(digit_alpha), float(abs_alpha), float(mag_alpha))
+        self.noise_scale, self.tau, self.seed = float(noise_scale), float(tau), int(seed)
+        self._step, self._calls = 0, 0
+
+    def set_step(self, step: int) -> None:
+        """Start the noise stream of optimizer step ``step``."""
+        self._step, self._calls = int(step), 0
+
+    def _noise(self, like: torch.Tensor) -> Optional[torch.Tensor]:
+        """[N, 10] scaled Gumbel noise for this call, or None at ``noise_scale`` 0."""
+        if self.noise_scale == 0:
+            return None
+        generator = torch.Generator(device=like.device)
+        generator.manual_seed((self.seed * 1_000_003 + self._step) * 1_000_003 + self._calls)
+        self._calls += 1
+        uniform = torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype)
+        tiny = torch.finfo(like.dtype).tiny
+        exponential = -torch.log(uniform.clamp_min(tiny))
+        return -self.noise_scale * torch.log(exponential.clamp_min(tiny))
+
+    def digit_part(self, batch: Batch) -> torch.Tensor:
+        runs = batch_runs(batch.spans, batch.rows, join_points=False)
+        logits = batch.digit_logits
+        return ntil_sequence_terms(logits, runs, batch.rows, self.weights, self._noise(logits), self.tau)
+
+    def weighted_aux(self, batch: Batch, term_sum: torch.Tensor, digit_norm, ce: torch.Tensor) -> torch.Tensor:
+        """``lambda (ce / (term + 1e-10)).detach() term`` with term the mean of T_s over this call's
+        sequences and ``ce`` this call's share of the mean CE. One call over the whole batch is the
+        released loss; over micro-batches the values add up to the whole batch's (lambda x CE) and
+        each micro-batch's term is scaled by its own CE / term (see docs/ntil.md)."""
+        term = term_sum / max(batch.rows, 1)
+        return self.weight * (ce / (term + RATIO_EPS)).detach() * term
