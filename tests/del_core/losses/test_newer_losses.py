@@ -383,3 +383,32 @@ def test_chunked_path_equals_logits_path_with_reweigh(name):
     assert chunked.loss.item() == pytest.approx(dense.loss.item(), rel=1e-12)
     torch.testing.assert_close(h2.grad, h1.grad, rtol=1e-10, atol=1e-13)
     torch.testing.assert_close(w2.grad, w1.grad, rtol=1e-10, atol=1e-13)
+
+
+# --- V_num on the real vocabularies, against the released rule ------------------------------------
+def _released_numeric_ids(tok, max_value=999):
+    """The released rule: v in 0..max_value whose str(v) encodes to exactly one token."""
+    ids = []
+    for v in range(max_value + 1):
+        encoded = tok(str(v), add_special_tokens=False)["input_ids"]
+        if len(encoded) == 1:
+            ids.append(encoded[0])
+    return ids
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, size", [("qwen2", 10), ("llama-bpe", 1000), ("llama-spm", 10)])
+def test_smmd_numeric_vocabulary_is_the_released_rule(name, size):
+    from helpers.shared import real_tokenizer
+
+    tok = real_tokenizer(name)
+    vocab = DigitVocab.from_tokenizer(tok)
+    loss = build_loss("smmd", vocab)
+    ours = [vocab.number_ids[c] for c in loss.numeric_columns.tolist()]
+    assert len(ours) == size
+    released = _released_numeric_ids(tok)
+    if name == "llama-spm":  # "5" is '▁' + '5': the released rule finds nothing; we take the digits
+        assert released == []
+        assert ours == list(vocab.digit_ids)
+    else:
+        assert ours == released
