@@ -128,6 +128,7 @@ def train(
     records = []
     for step in range(config.steps):
         lr = learning_rate(config, step)
+        loss_fn.set_step(step)
         out = train_step(model, optimizer, loss_fn, batch_at(step), lr, config.max_grad_norm)
         # Step 1 too: the ratio aux / CE at the start is what a lambda rule for new models reads.
         if step == 0 or (step + 1) % config.log_every == 0 or step + 1 == config.steps:
