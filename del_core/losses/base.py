@@ -63,11 +63,14 @@ class LossNeeds:
     whole_sequences: the loss scores numbers or sequences as wholes (its term is not a sum over
                     tokens): every sequence must reach one call whole, so sequence parallelism,
                     which cuts sequences over processes, is refused.
+    step_totals:    the loss scales its term by totals of the whole global batch: a trainer runs
+                    :func:`del_core.losses.step_totals.measure_step_totals` before each step.
     """
 
     vocab: bool = False
     head_weight_as: Optional[str] = None
     whole_sequences: bool = False
+    step_totals: bool = False
 
 
 @dataclass
@@ -147,6 +150,14 @@ class NumericLoss(torch.nn.Module):
     def set_step(self, step: int) -> None:
         """The optimizer step about to run (the trainers call it before each step); a loss that
         draws random numbers (NTIL) seeds them with it, so a resumed run repeats them."""
+
+    def begin_step_totals(self) -> None:
+        """A loss with ``needs.step_totals``: the next calls measure the step's totals (their aux
+        is the sums of :mod:`del_core.losses.step_totals`), until :meth:`set_step_totals`."""
+
+    def set_step_totals(self, totals: Optional[torch.Tensor]) -> None:
+        """A loss with ``needs.step_totals``: the [2] totals of this step's global batch, or None
+        (after the step: each call scales by its own sums again)."""
 
     def weighted_aux(self, batch: Batch, term_sum: torch.Tensor, digit_norm, ce: torch.Tensor) -> torch.Tensor:
         """The aux part from the sum of :meth:`digit_part` over the digit positions: lambda times

@@ -97,7 +97,7 @@ class NTILLoss(NumericLoss):
     reproducible and resumable. ``tau`` (0.1) is the Gumbel-softmax temperature."""
 
     name = "ntil"
-    needs = LossNeeds(vocab=True, whole_sequences=True)
+    needs = LossNeeds(vocab=True, whole_sequences=True, step_totals=True)
 
     def __init__(
         self,
@@ -131,10 +131,23 @@ class NTILLoss(NumericLoss):
         self.weights = NTILWeights(float(digit_exp), float(digit_alpha), float(abs_alpha), float(mag_alpha))
         self.noise_scale, self.tau, self.seed = float(noise_scale), float(tau), int(seed)
         self._step, self._calls = 0, 0
+        self._measuring, self._calls_before = False, 0
+        self._totals: Optional[torch.Tensor] = None
 
     def set_step(self, step: int) -> None:
         """Start the noise stream of optimizer step ``step``."""
         self._step, self._calls = int(step), 0
+
+    def begin_step_totals(self) -> None:
+        """The next calls report ``aux = sum_s T_s`` of their sequences (the step's pre-pass)."""
+        self._measuring, self._calls_before, self._totals = True, self._calls, None
+
+    def set_step_totals(self, totals: Optional[torch.Tensor]) -> None:
+        """``(CE, sum_s T_s)`` of the step's global batch; the noise stream restarts where the
+        pre-pass began, so that the step draws the noise the totals were measured with."""
+        if self._measuring:
+            self._calls = self._calls_before
+        self._measuring, self._totals = False, totals
 
     def _noise(self, like: torch.Tensor) -> Optional[torch.Tensor]:
         """[N, 10] scaled Gumbel noise for this call, or None at ``noise_scale`` 0."""
@@ -154,9 +167,15 @@ class NTILLoss(NumericLoss):
         return ntil_sequence_terms(logits, runs, batch.rows, self.weights, self._noise(logits), self.tau)
 
     def weighted_aux(self, batch: Batch, term_sum: torch.Tensor, digit_norm, ce: torch.Tensor) -> torch.Tensor:
-        """``lambda (ce / (term + 1e-10)).detach() term`` with term the mean of T_s over this call's
-        sequences and ``ce`` this call's share of the mean CE. One call over the whole batch is the
-        released loss; over micro-batches the values add up to the whole batch's (lambda x CE) and
-        each micro-batch's term is scaled by its own CE / term (see docs/ntil.md)."""
+        """``lambda (CE / (term + 1e-10)).detach() term`` (term: the mean of T_s over the
+        sequences). With the step's totals (``CE_g``, ``S_g = sum_s T_s`` over the global batch,
+        :mod:`del_core.losses.step_totals`): ``lambda CE_g S / (S_g + 1e-10)`` with S this call's
+        sum, so that the calls of a step add up to the one-batch loss and gradient. Without them:
+        this call's own CE and term (one call over the whole batch is the released loss)."""
+        if self._measuring:
+            return term_sum
+        if self._totals is not None:
+            totals = self._totals.to(device=term_sum.device, dtype=term_sum.dtype)
+            return self.weight * totals[0] * term_sum / (totals[1] + RATIO_EPS)
         term = term_sum / max(batch.rows, 1)
         return self.weight * (ce / (term + RATIO_EPS)).detach() * term

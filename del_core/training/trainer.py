@@ -42,6 +42,7 @@ from del_core.data.tokenized import TokenBatch, check_target_ids, collate
 from del_core.engines import Engine, fsdp2
 from del_core.engines import deepspeed as ds
 from del_core.losses import AutoWeight, head_weight_copy, measure_auto_weight
+from del_core.losses.step_totals import measure_step_totals
 from del_core.models.sequence_attention import evaluation_attention
 from del_core.parallel import ParallelDims, init_process_group, local_main_first, sum_over
 from del_core.training.config import TrainConfig
@@ -340,6 +341,18 @@ class Trainer:
                 dtype=torch.float32,
             )
 
+    def _measure_step_totals(self, batches: list[TokenBatch], counts: torch.Tensor) -> None:
+        """The whole-batch totals a loss with ``needs.step_totals`` scales by (NTIL): one forward
+        of the step's micro-batches without gradients, before the step (:func:`measure_step_totals`).
+        Collective."""
+
+        def unit_terms(cpu_batch: TokenBatch) -> torch.Tensor:
+            out = self._forward(cpu_batch.to(self.runtime.device), counts)
+            return torch.stack([out["ce"], out["aux"]])
+
+        sum_ranks = functools.partial(sum_over, group=self.dims.dp_group)
+        measure_step_totals(self.objective.loss_fn, batches, unit_terms, sum_ranks, self._rng_devices())
+
     def _rng_devices(self) -> list[int]:
         return [self.runtime.device.index or 0] if self.runtime.device.type == "cuda" else []
 
@@ -356,7 +369,10 @@ class Trainer:
         counts = step_counts(batches, self.runtime.device, self.dims.dp_group)
         lr = self.scheduler.get_last_lr()[0] if self.scheduler is not None else self.config.optimizer.lr
         sums = StepSums(self.runtime.device)
-        self.objective.loss_fn.set_step(self.step)
+        loss_fn = self.objective.loss_fn
+        loss_fn.set_step(self.step)
+        if loss_fn.needs.step_totals:
+            self._measure_step_totals(batches, counts)
         for cpu_batch in batches:
             batch = cpu_batch.to(self.runtime.device)  # non-blocking from pinned memory on a GPU
             out = self._forward(batch, counts)
@@ -365,6 +381,7 @@ class Trainer:
             self.engine.backward(out["loss"] * self._gradient_divisor, scale_wrt_gas=False)
             self.engine.step()
             sums.add(out)
+        loss_fn.set_step_totals(None)
         self.step += 1
         self.stop.step = self.step
         readout = read_step(

@@ -412,3 +412,73 @@ def test_smmd_numeric_vocabulary_is_the_released_rule(name, size):
         assert ours == list(vocab.digit_ids)
     else:
         assert ours == released
+
+
+# --- NTIL's whole-batch rescaling over micro-batches and ranks ------------------------------------
+def _ntil_step(loss, logits, labels, parts_by_rank):
+    """One step over ``parts_by_rank`` (per rank, the row slices of its micro-batches): the
+    pre-pass, then each micro-batch's loss and backward. (summed loss, logits gradient)."""
+    z = logits.clone().requires_grad_(True)
+    whole = build("mle")(logits, labels).metrics
+    n_tok, n_dig = whole["n_tokens"], whole["n_digits"]
+
+    def unit_terms(rows):
+        out = loss(z[rows], labels[rows], n_tok, n_dig)
+        return torch.stack([out.ce, out.aux])
+
+    rank_totals = []
+    for parts in parts_by_rank:  # every rank's own pre-pass sums, then the all-reduce
+        loss.begin_step_totals()
+        rank_totals.append(sum(unit_terms(rows).detach().double() for rows in parts))
+    all_reduced = sum(rank_totals)
+    total = 0.0
+    for parts in parts_by_rank:
+        loss.set_step_totals(all_reduced)
+        for rows in parts:
+            out = loss(z[rows], labels[rows], n_tok, n_dig)
+            out.loss.backward()
+            total += out.loss.item()
+    loss.set_step_totals(None)
+    return total, z.grad
+
+
+def test_ntil_with_the_step_totals_micro_batches_and_ranks_equal_the_whole_batch():
+    logits, labels = make_batch(seed=16, texts=RUN_TEXTS)
+    loss = build("ntil")
+    z = logits.clone().requires_grad_(True)
+    whole = loss(z, labels)
+    whole.loss.backward()
+    two_ranks = [[slice(0, 1), slice(1, 3)], [slice(3, 4), slice(4, 5)]]
+    total, grad = _ntil_step(loss, logits, labels, two_ranks)
+    assert total == pytest.approx(whole.loss.item(), rel=1e-9)
+    torch.testing.assert_close(grad, z.grad, rtol=1e-8, atol=1e-12)
+    # the broken variant: each micro-batch scaled by its own CE / term
+    z2 = logits.clone().requires_grad_(True)
+    n_tok, n_dig = whole.metrics["n_tokens"], whole.metrics["n_digits"]
+    for rows in (slice(0, 1), slice(1, 3), slice(3, 5)):
+        loss(z2[rows], labels[rows], n_tok, n_dig).loss.backward()
+    assert (z2.grad - z.grad).abs().max() > 1e-3
+
+
+def test_ntil_step_totals_replay_the_noise_and_are_cleared():
+    from del_core.losses.step_totals import measure_step_totals
+
+    logits, labels = make_batch(seed=17, texts=RUN_TEXTS, scale=0.003)  # the noise moves argmaxes
+    loss = build("ntil", noise_scale=0.01)
+    loss.set_step(3)
+    n = build("mle")(logits, labels).metrics
+    parts = [slice(0, 2), slice(2, 5)]
+
+    def unit_terms(rows):
+        out = loss(logits[rows], labels[rows], n["n_tokens"], n["n_digits"])
+        return torch.stack([out.ce, out.aux])
+
+    measure_step_totals(loss, parts, unit_terms, lambda t: t)
+    assert loss._calls == 0  # the step's own calls draw the pre-pass's noise again
+    outs = [loss(logits[rows], labels[rows], n["n_tokens"], n["n_digits"]) for rows in parts]
+    # With the same noise, the terms add up to exactly lambda x the whole batch's CE.
+    ce = sum(o.ce.item() for o in outs)
+    assert sum(o.aux.item() for o in outs) == pytest.approx(0.3 * ce, rel=1e-9)
+    loss.set_step_totals(None)
+    alone = loss(logits[parts[0]], labels[parts[0]])
+    assert alone.aux.item() == pytest.approx(0.3 * alone.ce.item(), rel=1e-9)
