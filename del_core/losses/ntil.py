@@ -31,6 +31,28 @@ from .number_runs import NumberRuns, batch_runs, per_row_count, per_run_sum
 
 NTIL_DEFAULT_WEIGHT = 0.3  # the released ntil_lambda
 RATIO_EPS = 1e-10  # the released code's guard in CE / term
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of int64 ``x`` (values below 2^32; products stay below 2^63)."""
+    for _ in range(2):
+        x = (((x >> 16) ^ x) * 0x45D9F3B) & _MASK32
+    return (x >> 16) ^ x
+
+
+def hashed_uniform(like: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """Uniform numbers in (0, 1) shaped and typed like ``like``, a hash of each element's index and
+    the int64 0-dim ``key``: no generator object (so it compiles), the same numbers on every device."""
+    index = torch.arange(like.numel(), device=like.device, dtype=torch.int64).view(like.shape)
+    # 23 of the 32 bits: (k + 0.5) / 2^23 stays below 1 in float32 (log(1) would give infinite noise)
+    bits = _mix32((index * 0x9E3779B1 + key) & _MASK32) >> 9
+    return (bits.to(like.dtype) + 0.5) / 2.0**23
+
+
+def gumbel_noise(like: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
+    """``scale`` x standard Gumbel noise, ``-log(-log(u))`` of :func:`hashed_uniform`."""
+    return -scale * torch.log(-torch.log(hashed_uniform(like, key)))
 
 
 @dataclass(frozen=True)
@@ -92,9 +114,10 @@ class NTILLoss(NumericLoss):
     """NTIL (ACL 2025) as released: ``CE + lambda (CE / (term + 1e-10)).detach() term``.
 
     ``noise_scale`` (0.01) scales the Gumbel noise; 0 gives the plain argmax (deterministic).
-    The noise of a call is drawn from a generator seeded by ``(seed, step, call)``:
+    The noise of a call is a hash of ``(seed, step, call, element)`` (:func:`gumbel_noise`):
     :meth:`set_step` (the trainer's step) starts each step's stream, so that runs stay
-    reproducible and resumable. ``tau`` (0.1) is the Gumbel-softmax temperature."""
+    reproducible and resumable; the counters are buffers, so a compiled loss does not recompile.
+    ``tau`` (0.1) is the Gumbel-softmax temperature."""
 
     name = "ntil"
     needs = LossNeeds(vocab=True, whole_sequences=True, step_totals=True)
@@ -130,36 +153,37 @@ class NTILLoss(NumericLoss):
             raise ValueError(f"{self.name}: noise_scale must be >= 0, got {noise_scale}")
         self.weights = NTILWeights(float(digit_exp), float(digit_alpha), float(abs_alpha), float(mag_alpha))
         self.noise_scale, self.tau, self.seed = float(noise_scale), float(tau), int(seed)
-        self._step, self._calls = 0, 0
-        self._measuring, self._calls_before = False, 0
+        # The noise stream: a key of (seed, step) and the calls of the step, as int64 buffers.
+        self.register_buffer("noise_base", torch.zeros((), dtype=torch.long), persistent=False)
+        self.register_buffer("noise_calls", torch.zeros((), dtype=torch.long), persistent=False)
+        self._measuring, self._calls_before = False, torch.zeros((), dtype=torch.long)
         self._totals: Optional[torch.Tensor] = None
+        self.set_step(0)
 
     def set_step(self, step: int) -> None:
         """Start the noise stream of optimizer step ``step``."""
-        self._step, self._calls = int(step), 0
+        base = _mix32(torch.tensor((self.seed * 0x85EBCA6B + int(step)) & _MASK32))
+        self.noise_base.fill_(int(base))
+        self.noise_calls.zero_()
 
     def begin_step_totals(self) -> None:
         """The next calls report ``aux = sum_s T_s`` of their sequences (the step's pre-pass)."""
-        self._measuring, self._calls_before, self._totals = True, self._calls, None
+        self._measuring, self._calls_before, self._totals = True, self.noise_calls.clone(), None
 
     def set_step_totals(self, totals: Optional[torch.Tensor]) -> None:
         """``(CE, sum_s T_s)`` of the step's global batch; the noise stream restarts where the
         pre-pass began, so that the step draws the noise the totals were measured with."""
         if self._measuring:
-            self._calls = self._calls_before
+            self.noise_calls.copy_(self._calls_before)
         self._measuring, self._totals = False, totals
 
     def _noise(self, like: torch.Tensor) -> Optional[torch.Tensor]:
         """[N, 10] scaled Gumbel noise for this call, or None at ``noise_scale`` 0."""
         if self.noise_scale == 0:
             return None
-        generator = torch.Generator(device=like.device)
-        generator.manual_seed((self.seed * 1_000_003 + self._step) * 1_000_003 + self._calls)
-        self._calls += 1
-        uniform = torch.rand(like.shape, generator=generator, device=like.device, dtype=like.dtype)
-        tiny = torch.finfo(like.dtype).tiny
-        exponential = -torch.log(uniform.clamp_min(tiny))
-        return -self.noise_scale * torch.log(exponential.clamp_min(tiny))
+        key = (self.noise_base + self.noise_calls * 0x632BE5AB) & _MASK32
+        self.noise_calls.add_(1)
+        return gumbel_noise(like, key.to(like.device), self.noise_scale)
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
         runs = batch_runs(batch.spans, batch.rows, join_points=False)

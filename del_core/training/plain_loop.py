@@ -61,7 +61,8 @@ def make_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float], m
     """The loss ``name`` (lambda ``weight``; None: its default) for training ``model``, given what it
     declares it needs (:func:`del_core.losses.build_loss_for_model`: a loss that needs the LM head
     gets a frozen copy of it at the current weights)."""
-    return build_loss_for_model(name, vocab, weight, head_weight=lambda: model.get_output_embeddings().weight)
+    loss = build_loss_for_model(name, vocab, weight, head_weight=lambda: model.get_output_embeddings().weight)
+    return loss.to(model.get_output_embeddings().weight.device)
 
 
 def make_optimizer(model: torch.nn.Module, config: PlainLoopConfig) -> torch.optim.Optimizer:

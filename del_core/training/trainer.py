@@ -204,6 +204,7 @@ class Trainer:
         # Only ZeRO-3 partitions the weight before the engine exists (FSDP2 shards it later).
         gathered = functools.partial(ds.gathered, enabled=True) if self._zero3 else None
         loss_fn = loss_cfg.build(self.vocab, functools.partial(head_weight_copy, model, self.runtime.device, gathered))
+        loss_fn.to(self.runtime.device)  # its constant buffers (SMMD's kernel), not a submodule of the engine's
         compilation = None
         if loss_cfg.compile:
             max_tokens = self.config.run.micro_batch_size * self.config.data.max_length

@@ -288,15 +288,21 @@ def test_ntil_micro_batch_values_add_up_to_the_whole_batch():
 
 
 def test_ntil_noise_is_seeded_by_the_step():
-    logits, labels = make_batch(seed=13, texts=RUN_TEXTS, scale=0.002)  # noise 0.01 moves argmaxes
+    """The noise moves the straight-through argmaxes, so it shows in the gradient (the value is
+    lambda x CE whatever the term)."""
+    logits, labels = make_batch(seed=13, texts=RUN_TEXTS, scale=0.003)
+
+    def gradient(loss, step):
+        loss.set_step(step)
+        z = logits.clone().requires_grad_(True)
+        loss(z, labels).loss.backward()
+        return z.grad
+
     first, second = build("ntil", noise_scale=0.01), build("ntil", noise_scale=0.01)
-    first.set_step(5)
-    second.set_step(5)
-    a, b = first(logits, labels).aux, second(logits, labels).aux
-    assert a.item() == b.item()
-    second.set_step(6)
-    quiet = build("ntil", noise_scale=0.0)(logits, labels).aux
-    assert second(logits, labels).aux.item() != a.item() or a.item() != quiet.item()
+    assert torch.equal(gradient(first, 5), gradient(second, 5))
+    assert (gradient(second, 6) - gradient(first, 5)).abs().max() > 1e-6
+    quiet = gradient(build("ntil", noise_scale=0.0), 5)
+    assert (quiet - gradient(first, 5)).abs().max() > 1e-6
 
 
 @pytest.mark.parametrize("name", ["ntil", "number_level"])
@@ -474,7 +480,7 @@ def test_ntil_step_totals_replay_the_noise_and_are_cleared():
         return torch.stack([out.ce, out.aux])
 
     measure_step_totals(loss, parts, unit_terms, lambda t: t)
-    assert loss._calls == 0  # the step's own calls draw the pre-pass's noise again
+    assert loss.noise_calls.item() == 0  # the step's own calls draw the pre-pass's noise again
     outs = [loss(logits[rows], labels[rows], n["n_tokens"], n["n_digits"]) for rows in parts]
     # With the same noise, the terms add up to exactly lambda x the whole batch's CE.
     ce = sum(o.ce.item() for o in outs)
@@ -482,3 +488,40 @@ def test_ntil_step_totals_replay_the_noise_and_are_cleared():
     loss.set_step_totals(None)
     alone = loss(logits[parts[0]], labels[parts[0]])
     assert alone.aux.item() == pytest.approx(0.3 * alone.ce.item(), rel=1e-9)
+
+
+def test_ntil_noise_is_gumbel_distributed_and_finite():
+    from del_core.losses.ntil import gumbel_noise, hashed_uniform
+
+    like = torch.zeros(20_000, 10, dtype=torch.float32)
+    u = hashed_uniform(like, torch.tensor(12345))
+    assert u.min().item() > 0 and u.max().item() < 1
+    assert u.mean().item() == pytest.approx(0.5, abs=0.005) and u.var().item() == pytest.approx(1 / 12, rel=0.02)
+    g = gumbel_noise(like, torch.tensor(12345), 1.0)
+    assert torch.isfinite(g).all()
+    assert g.mean().item() == pytest.approx(0.5772, abs=0.02)  # the Euler-Mascheroni constant
+    assert not torch.equal(hashed_uniform(like, torch.tensor(1)), hashed_uniform(like, torch.tensor(2)))
+
+
+def test_ntil_with_noise_compiles_to_one_graph_and_draws_like_eager():
+    from torch._dynamo.testing import CompileCounter
+
+    logits, labels = make_batch(seed=18, texts=RUN_TEXTS, scale=0.003)
+    eager, compiled_loss = build("ntil", noise_scale=0.01), build("ntil", noise_scale=0.01)
+    counter = CompileCounter()
+    compiled = torch.compile(lambda z, y: compiled_loss(z, y).loss, backend=counter, fullgraph=True)
+
+    def gradient(call, z):
+        z = z.clone().requires_grad_(True)
+        call(z, labels).backward()
+        return z.grad
+
+    grads = []
+    for step in (4, 5):
+        eager.set_step(step)
+        compiled_loss.set_step(step)
+        for _ in range(2):  # two calls of a step: two draws
+            grads.append(gradient(lambda z, y: eager(z, y).loss, logits))
+            torch.testing.assert_close(gradient(compiled, logits), grads[-1], rtol=1e-10, atol=1e-12)
+    assert counter.frame_count == 1
+    assert (grads[0] - grads[1]).abs().max() > 1e-6 and (grads[0] - grads[2]).abs().max() > 1e-6
