@@ -61,7 +61,8 @@ def make_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float], m
     """The loss ``name`` (lambda ``weight``; None: its default) for training ``model``, given what it
     declares it needs (:func:`del_core.losses.build_loss_for_model`: a loss that needs the LM head
     gets a frozen copy of it at the current weights)."""
-    return build_loss_for_model(name, vocab, weight, head_weight=lambda: model.get_output_embeddings().weight)
+    loss = build_loss_for_model(name, vocab, weight, head_weight=lambda: model.get_output_embeddings().weight)
+    return loss.to(model.get_output_embeddings().weight.device)
 
 
 def make_optimizer(model: torch.nn.Module, config: PlainLoopConfig) -> torch.optim.Optimizer:
@@ -128,6 +129,7 @@ def train(
     records = []
     for step in range(config.steps):
         lr = learning_rate(config, step)
+        loss_fn.set_step(step)
         out = train_step(model, optimizer, loss_fn, batch_at(step), lr, config.max_grad_norm)
         # Step 1 too: the ratio aux / CE at the start is what a lambda rule for new models reads.
         if step == 0 or (step + 1) % config.log_every == 0 or step + 1 == config.steps:

@@ -84,7 +84,16 @@ from del_core.integrations.setup_checks import (
     sequence_parallel_problems,
 )
 from del_core.integrations.zero3_head import HOST_NAME, ChunkedLossHost, attach_chunked_loss_host, loss_output
-from del_core.losses import AutoWeight, LossCalls, LossPath, LossSpec, NumericLoss, build_loss_path, measure_auto_weight
+from del_core.losses import (
+    AutoWeight,
+    LossCalls,
+    LossPath,
+    LossSpec,
+    NumericLoss,
+    build_loss_path,
+    measure_auto_weight,
+)
+from del_core.losses.step_totals import measure_step_totals
 from del_core.spans import NumberSpans
 from del_core.vocab import DigitVocab
 
@@ -143,7 +152,8 @@ class DELTrainerMixin:
         self.del_loss, self.del_loss_spec = chosen.loss, chosen.spec
         auto = self.del_loss_spec is not None and self.del_loss_spec.is_auto
         self._del_sp = self.get_sp_size()
-        raise_problems(sequence_parallel_problems(self._del_sp, auto, self.is_deepspeed_enabled))
+        whole = self.del_loss.name if self.del_loss.needs.whole_sequences else None
+        raise_problems(sequence_parallel_problems(self._del_sp, auto, self.is_deepspeed_enabled, whole))
         self._del_loss_scale = self._backward_scale()
         if self._del_sp > 1:
             self.data_collator = self._whole_sequence_spans(self.data_collator)
@@ -166,6 +176,9 @@ class DELTrainerMixin:
         total = self.reduce_counts(window_target_counts(batch_samples, self.del_loss.vocab, device))
         self._del_window = WindowCounts(total[0], total[1], len(batch_samples))
         self._del_left = len(batch_samples)
+        self.del_loss.set_step(self.state.global_step)
+        if self.del_loss.needs.step_totals:
+            self._measure_step_totals(batch_samples, self._del_window)
         if self._del_auto_pending:
             self._resolve_auto_weight(batch_samples, self._del_window)
         self._del_metrics.start_step()
@@ -192,6 +205,8 @@ class DELTrainerMixin:
             out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
             self._del_metrics.add(out)
             loss = out.loss * self._del_loss_scale
+            if self._del_left == 0:  # the step's last micro-batch: its totals are spent
+                self.del_loss.set_step_totals(None)
         return (loss, outputs) if return_outputs else loss
 
     def log(self, logs: dict[str, float], start_time: Optional[float] = None) -> None:
@@ -279,6 +294,22 @@ class DELTrainerMixin:
         self.log(
             {"auto_loss_weight": chosen.weight, "auto_weight_ce": chosen.ce, "auto_weight_unit_term": chosen.unit_term}
         )
+
+    def _measure_step_totals(self, batch_samples: list, window: WindowCounts) -> None:
+        """The whole-batch totals a loss with ``needs.step_totals`` scales by (NTIL), from one
+        forward of the step's micro-batches without gradients (:func:`measure_step_totals`); a
+        collective, as :meth:`get_batch_samples` is."""
+
+        def unit_terms(inputs: Mapping[str, Any]) -> torch.Tensor:
+            inputs = self._prepare_inputs(inputs)
+            targets = aligned_targets(inputs)
+            counts = self.loss_normalisers(window, targets)
+            score = self._forward(self.model, inputs, targets, carried_spans(inputs))[1]
+            out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
+            return torch.stack([out.ce, out.aux])
+
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        measure_step_totals(self.del_loss, batch_samples, unit_terms, self.reduce_counts, devices)
 
     def _head_weight(self, model: torch.nn.Module) -> torch.Tensor:
         """The LM-head weight [V, H] the chunked loss scores against, read after the forward:

@@ -1,4 +1,5 @@
-"""Numeric losses: DEL and its baselines (MLE, MixCE, EMO, NTL-WAS/MSE, DIST2Loss).
+"""Numeric losses: DEL and its baselines (MLE, MixCE, EMO, NTL-WAS/MSE, DIST2Loss, ntloss's
+NumberLevelLoss, SMMD, NTIL).
 
 :class:`LossSpec` is the one loss set-up of every way in (the training recipe's ``loss`` section,
 ``DELTrainer``'s arguments): it checks itself, builds the loss and knows the placeholder lambda of
@@ -21,6 +22,7 @@ from .catalog import (
     DIST2_DEFAULT_WEIGHT,
     LOSS_NAMES,
     NTL_DEFAULT_WEIGHT,
+    SMMD_DEFAULT_WEIGHT,
     WEIGHTED_LOSSES,
     build_loss,
     loss_class,
@@ -38,6 +40,7 @@ from .loss_path import (
     loss_path_name,
 )
 from .model_needs import build_loss_for_model, head_weight_copy, loss_needs
+from .ntil import NTIL_DEFAULT_WEIGHT
 from .spec import AUTO, KeySpelling, LossSpec, LossSpecError
 
 __all__ = [
@@ -60,8 +63,10 @@ __all__ = [
     "LossPath",
     "LossSpec",
     "LossSpecError",
+    "NTIL_DEFAULT_WEIGHT",
     "NTL_DEFAULT_WEIGHT",
     "NumericLoss",
+    "SMMD_DEFAULT_WEIGHT",
     "WEIGHTED_LOSSES",
     "auto_weight",
     "build_loss",

@@ -60,10 +60,17 @@ class LossNeeds:
                     taken before training (EMO's ``cost_embedding``), or None when the loss needs none.
                     Under tensor parallelism each rank keeps its vocabulary rows
                     (:meth:`NumericLoss.for_vocab_slice`).
+    whole_sequences: the loss scores numbers or sequences as wholes (its term is not a sum over
+                    tokens): every sequence must reach one call whole, so sequence parallelism,
+                    which cuts sequences over processes, is refused.
+    step_totals:    the loss scales its term by totals of the whole global batch: a trainer runs
+                    :func:`del_core.losses.step_totals.measure_step_totals` before each step.
     """
 
     vocab: bool = False
     head_weight_as: Optional[str] = None
+    whole_sequences: bool = False
+    step_totals: bool = False
 
 
 @dataclass
@@ -78,6 +85,7 @@ class Batch:
                   outside number-token positions; None without a vocabulary.
     target_digit: [N] int64, the target token's value at number-token positions, 0 elsewhere.
     group_offsets: the column offsets of the width groups (``DigitVocab.group_offsets``).
+    rows:         the number of sequences (rows of the labels ``[-1, T]``) in the batch.
     """
 
     labels: torch.Tensor
@@ -88,6 +96,7 @@ class Batch:
     digit_logits: Optional[torch.Tensor] = None
     target_digit: Optional[torch.Tensor] = None
     group_offsets: tuple[int, ...] = (0, 10)
+    rows: int = 1
 
     def by_width(self, term: GroupTerm) -> torch.Tensor:
         """[N] ``term`` at every number-token position, scored within its target's width group
@@ -137,6 +146,24 @@ class NumericLoss(torch.nn.Module):
     def digit_part(self, batch: Batch) -> Optional[torch.Tensor]:
         """Per-position auxiliary term [N] (only digit positions are summed), or None."""
         return None
+
+    def set_step(self, step: int) -> None:
+        """The optimizer step about to run (the trainers call it before each step); a loss that
+        draws random numbers (NTIL) seeds them with it, so a resumed run repeats them."""
+
+    def begin_step_totals(self) -> None:
+        """A loss with ``needs.step_totals``: the next calls measure the step's totals (their aux
+        is the sums of :mod:`del_core.losses.step_totals`), until :meth:`set_step_totals`."""
+
+    def set_step_totals(self, totals: Optional[torch.Tensor]) -> None:
+        """A loss with ``needs.step_totals``: the [2] totals of this step's global batch, or None
+        (after the step: each call scales by its own sums again)."""
+
+    def weighted_aux(self, batch: Batch, term_sum: torch.Tensor, digit_norm, ce: torch.Tensor) -> torch.Tensor:
+        """The aux part from the sum of :meth:`digit_part` over the digit positions: lambda times
+        its mean over the global digit count ``digit_norm``. ``ce`` is this call's share of the
+        mean token CE (a loss that scales its term by CE, NTIL, overrides this)."""
+        return self.weight * term_sum / digit_norm
 
     def cost_embedding_rows(self) -> Optional[torch.Tensor]:
         """The cost embedding E [V or V_local, H] whose expectation ``softmax(z) @ E`` the loss needs."""
@@ -233,7 +260,7 @@ class NumericLoss(torch.nn.Module):
         elif self.validate == "async":
             _assert_label_ids(labels, vocab_size)
         flat = labels.reshape(-1)
-        batch = Batch(flat, flat != IGNORE_INDEX, dtype)
+        batch = Batch(flat, flat != IGNORE_INDEX, dtype, rows=flat.numel() // max(labels.shape[-1], 1))
         if self.vocab is not None:
             self.vocab.check_fits(vocab_size)
             if spans is None:
@@ -270,7 +297,7 @@ class NumericLoss(torch.nn.Module):
         term = self.digit_part(batch)
         if term is not None:
             term = torch.where(is_digit, term, torch.zeros_like(term))
-            aux = aux + self.weight * term.sum() / dig_norm
+            aux = aux + self.weighted_aux(batch, term.sum(), dig_norm, ce)
         loss = ce + aux
         if self.validate == "sync" and not bool(torch.isfinite(loss.detach())):
             raise FloatingPointError(_describe_non_finite(self.name, source, loss))

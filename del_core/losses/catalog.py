@@ -11,6 +11,9 @@ import torch.nn.functional as F
 from ..vocab import DigitVocab
 from .base import Batch, LossNeeds, NumericLoss
 from .digit_terms import del_term, dist2_term, leading_place_scale, ntl_mse_term, ntl_was_term
+from .ntil import NTIL_DEFAULT_WEIGHT, NTILLoss
+from .number_level import NumberLevelLoss
+from .smmd import SMMDLoss
 from .statistics import VocabSlice
 from .token_terms import emo_from_ce, mixce_from_ce
 
@@ -20,6 +23,9 @@ DEL_DEFAULT_WEIGHT = 0.128
 NTL_DEFAULT_WEIGHT = 0.3
 # The spec gives no lambda for DIST2Loss; 0.1 is this project's choice. Set it explicitly.
 DIST2_DEFAULT_WEIGHT = 0.1
+# The released SMMD module is the bare term, added by its user with no lambda: 1.0 is this
+# project's choice. Set it explicitly, or use weight=auto.
+SMMD_DEFAULT_WEIGHT = 1.0
 
 
 class MLELoss(NumericLoss):
@@ -159,6 +165,9 @@ _LOSSES = {
     "ntl_mse": (NTLMSELoss, NTL_DEFAULT_WEIGHT),
     "dist2": (DIST2Loss, DIST2_DEFAULT_WEIGHT),
     "del": (DELLoss, DEL_DEFAULT_WEIGHT),
+    "number_level": (NumberLevelLoss, NTL_DEFAULT_WEIGHT),
+    "smmd": (SMMDLoss, SMMD_DEFAULT_WEIGHT),
+    "ntil": (NTILLoss, NTIL_DEFAULT_WEIGHT),
 }
 LOSS_NAMES = tuple(_LOSSES)
 WEIGHTED_LOSSES = tuple(name for name, (_, default_weight) in _LOSSES.items() if default_weight is not None)
@@ -183,13 +192,17 @@ def loss_name(name: str) -> str:
 
 
 def build_loss(name: str, vocab: Optional[DigitVocab], weight: Optional[float] = None, **options) -> NumericLoss:
-    """Build a loss by name: one of ``mle mixce emo ntl_was ntl_mse dist2 del``.
+    """Build a loss by name: one of ``mle mixce emo ntl_was ntl_mse dist2 del number_level smmd ntil``.
 
-    ``weight`` is lambda (DEL, NTL, DIST2; defaults 0.128, 0.3, 0.1). Other options by loss:
-    ``eta`` (mixce, 0.5), ``cost_embedding`` (emo, required), ``tau`` and ``place_weighted``
-    (dist2), ``validate`` (all: ``"async"`` device-side checks, the default; ``"sync"`` checks
-    that name positions; ``"off"``; see :class:`NumericLoss`). ``vocab`` may be None for mle/mixce/emo (then no
-    digit metrics are reported).
+    ``weight`` is lambda (DEL, NTL, DIST2, number_level, SMMD, NTIL; defaults 0.128, 0.3, 0.1,
+    0.3, 1.0, 0.3). Other options by loss: ``eta`` (mixce, 0.5), ``cost_embedding`` (emo,
+    required), ``tau`` and ``place_weighted`` (dist2), ``float_level`` and ``reweigh``
+    (number_level), ``max_value``, ``kernel``, ``sigmas``, ``squash_factor``, ``alpha`` and
+    ``mode`` (smmd), ``digit_exp``, ``digit_alpha``, ``abs_alpha``, ``mag_alpha``,
+    ``noise_scale``, ``tau`` and ``seed`` (ntil), ``validate`` (all: ``"async"`` device-side
+    checks, the default; ``"sync"`` checks that name positions; ``"off"``; see
+    :class:`NumericLoss`). ``vocab`` may be None for mle/mixce/emo (then no digit metrics are
+    reported).
     """
     key = loss_name(name)
     cls, default_weight = _LOSSES[key]

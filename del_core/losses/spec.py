@@ -72,7 +72,7 @@ class LossSpec:
     ``tau`` / ``place_weighted`` for dist2, ``validate``), checked by building the loss on a
     stand-in vocabulary."""
 
-    name: str = "del"  # mle mixce emo ntl_was ntl_mse dist2 del
+    name: str = "del"  # mle mixce emo ntl_was ntl_mse dist2 del number_level smmd ntil
     # lambda; None = the loss's default (del 0.128); auto = from the first batch (auto_ratio below)
     weight: Optional[Union[float, str]] = None
     auto_ratio: float = DEFAULT_AUTO_RATIO  # weight=auto: lambda x digit term / CE on the first step's batch

@@ -45,6 +45,7 @@ from del_core.data.tokenized import TokenBatch, check_target_ids, collate
 from del_core.engines import Backend, BatchShape, Engine, EngineSettings, Runtime, backend_type
 from del_core.engines.runtime import layout_line
 from del_core.losses import AutoWeight, head_weight_copy, measure_auto_weight
+from del_core.losses.step_totals import measure_step_totals
 from del_core.models.sequence_attention import evaluation_attention
 from del_core.parallel import ParallelDims, local_main_first, sum_over
 from del_core.training.config import TrainConfig
@@ -186,6 +187,7 @@ class Trainer:
         self.output_vocab_size = output_vocab_size(model)
         gathered = self.backend.head_gather()
         loss_fn = loss_cfg.build(self.vocab, functools.partial(head_weight_copy, model, self.runtime.device, gathered))
+        loss_fn.to(self.runtime.device)  # its constant buffers (SMMD's kernel), not a submodule of the engine's
         compilation = None
         if loss_cfg.compile:
             max_tokens = self.config.run.micro_batch_size * self.config.data.max_length
@@ -312,6 +314,18 @@ class Trainer:
                 dtype=torch.float32,
             )
 
+    def _measure_step_totals(self, batches: list[TokenBatch], counts: torch.Tensor) -> None:
+        """The whole-batch totals a loss with ``needs.step_totals`` scales by (NTIL): one forward
+        of the step's micro-batches without gradients, before the step (:func:`measure_step_totals`).
+        Collective."""
+
+        def unit_terms(cpu_batch: TokenBatch) -> torch.Tensor:
+            out = self._forward(cpu_batch.to(self.runtime.device), counts)
+            return torch.stack([out["ce"], out["aux"]])
+
+        sum_ranks = functools.partial(sum_over, group=self.dims.dp_group)
+        measure_step_totals(self.objective.loss_fn, batches, unit_terms, sum_ranks, self._rng_devices())
+
     def _rng_devices(self) -> list[int]:
         return [self.runtime.device.index or 0] if self.runtime.device.type == "cuda" else []
 
@@ -328,6 +342,10 @@ class Trainer:
         counts = step_counts(batches, self.runtime.device, self.dims.dp_group)
         lr = self.scheduler.get_last_lr()[0] if self.scheduler is not None else self.config.optimizer.lr
         sums = StepSums(self.runtime.device)
+        loss_fn = self.objective.loss_fn
+        loss_fn.set_step(self.step)
+        if loss_fn.needs.step_totals:
+            self._measure_step_totals(batches, counts)
         for cpu_batch in batches:
             batch = cpu_batch.to(self.runtime.device)  # non-blocking from pinned memory on a GPU
             out = self._forward(batch, counts)
@@ -336,6 +354,7 @@ class Trainer:
             self.engine.backward(out["loss"] * self.backend.gradient_divisor, scale_wrt_gas=False)
             self.engine.step()
             sums.add(out)
+        loss_fn.set_step_totals(None)
         self.step += 1
         self.stop.step = self.step
         readout = read_step(

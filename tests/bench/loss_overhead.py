@@ -155,6 +155,10 @@ def build_named_loss(
     return build_loss_for_model(name, vocab, head_weight=head_weight, validate=not args.no_validate).to(args.device)
 
 
+# The losses that score a number one digit token at a time and refuse multi-digit vocabularies.
+SINGLE_DIGIT_ONLY = ("number_level", "ntil")
+
+
 # --- timing and memory -------------------------------------------------------------------------
 def run_once(step: Step, logits: torch.Tensor) -> None:
     """One call with a fresh gradient."""
@@ -207,6 +211,9 @@ def bench_config(
     logits = make_logits(n_tokens, vocab_size, args.dtype, args.device, args.seed)
     steps: dict[str, Step] = {BASELINE: ce_step(logits, labels)}
     for name in args.losses:
+        if vocab.multi_digit and name in SINGLE_DIGIT_ONLY:
+            print(f"{vocab.name:<16} {name}: refused on multi-digit vocabularies, no row", file=sys.stderr)
+            continue
         steps[name] = loss_step(build_named_loss(name, vocab_size, args, vocab), logits, labels)
     try:
         times = interleaved_times_ms(steps, logits, args.repeats, args.warmup)

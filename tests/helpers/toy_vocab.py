@@ -48,5 +48,8 @@ def cost_embedding(seed: int = 1) -> torch.Tensor:
 
 
 def build(name: str, **kw):
-    """``build_loss(name, VOCAB, ...)``, with the toy cost embedding as the LM-head weight (EMO's)."""
+    """``build_loss(name, VOCAB, ...)``, with the toy cost embedding as the LM-head weight (EMO's);
+    NTIL without Gumbel noise unless ``noise_scale`` is given (two calls compare equal only then)."""
+    if name == "ntil":
+        kw.setdefault("noise_scale", 0.0)
     return build_loss_for_model(name, VOCAB, head_weight=cost_embedding, **kw)

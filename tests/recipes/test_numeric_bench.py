@@ -41,11 +41,11 @@ def test_smoke_produces_the_table_and_mle_beats_the_untrained_model(smoke_root):
     root, proc = smoke_root
     report = (root / "report.md").read_text()
     assert report in proc.stdout and (root / "report.png").stat().st_size > 10_000
-    for row in ("| untrained | - |", "| mle | - |", "| del | 0.128 |", "## Lambda selection"):
+    for row in ("| untrained | - |", "| mle | - |", "| del | 0.128 |", "| ntil | 0.3 |", "## Lambda selection"):
         assert row in report, row
     assert "(no difference)" in report or "(better)" in report or "(worse)" in report
     trained, untrained = run_results(root, "test"), run_results(root, "untrained")
-    assert len(trained) == 4 and len(untrained) == 2 and len(run_results(root, "select")) == 1
+    assert len(trained) == 10 and len(untrained) == 2 and len(run_results(root, "select")) == 4
     mle = {r["spec"]["seed"]: r["evals"]["test"] for r in trained if r["spec"]["loss"] == "mle"}
     floor = {r["spec"]["seed"]: r["evals"]["test"] for r in untrained}
     for seed in (0, 1):

@@ -19,6 +19,8 @@ from del_core.losses import LOSS_NAMES
 # grid brackets it; losses without a lambda are not tuned.
 DEFAULT_GRIDS = {"ntl_was": [0.019, 0.075, 0.3], "ntl_mse": [0.019, 0.075, 0.3], "dist2": [0.1, 0.4, 1.6]}
 DEFAULT_GRIDS["del"] = [0.008, 0.032, 0.128]
+# The newer losses: x1/4, x1, x4 their default lambda (not yet validated here).
+DEFAULT_GRIDS |= {"number_level": [0.075, 0.3, 1.2], "smmd": [0.25, 1.0, 4.0], "ntil": [0.075, 0.3, 1.2]}
 
 
 @dataclass

@@ -115,7 +115,11 @@ def test_every_removed_key_names_a_key_that_exists():
         (["parallel.offload=true", "parallel.zero_stage=2"], "offload needs parallel.zero_stage=3"),
         (["run.resume=/nonexistent/ckpt"], "run.resume: /nonexistent/ckpt"),
         (["lr"], "expected key=value"),
-        (["loss=foo"], "loss.name must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, got 'foo'"),
+        (
+            ["loss=foo"],
+            "loss.name must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, number_level, smmd, ntil, "
+            "got 'foo'",
+        ),
         (["model=/nonexistent/dir"], "model.name /nonexistent/dir: no such file or directory"),
         (["data=./missing.jsonl"], "data.source ./missing.jsonl: no such file or directory"),
         (["data=synthetic:0"], "expected synthetic:N or synthetic:SET:N with N > 0"),

@@ -66,7 +66,13 @@ def test_the_shipped_benchmark_configurations_load():
     defaults = asdict(NumericBenchConfig())
     assert asdict(load_numeric_bench_config(configs / "numeric-bench.yaml")) == defaults
     assert load_numeric_bench_config(configs / "numeric-bench-gpu.yaml").device == "cuda"
-    assert load_numeric_bench_config(configs / "numeric-bench-smoke.yaml").losses == ["mle", "del"]
+    assert load_numeric_bench_config(configs / "numeric-bench-smoke.yaml").losses == [
+        "mle",
+        "del",
+        "number_level",
+        "smmd",
+        "ntil",
+    ]
 
 
 def test_the_names_of_release_0_1_are_gone():

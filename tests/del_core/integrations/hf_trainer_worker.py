@@ -260,7 +260,12 @@ def train(spec: dict, run: dict) -> DELTrainer:
     model = AutoModelForCausalLM.from_pretrained(spec["model"], dtype=torch.float32, attn_implementation="sdpa")
     if run.get("lora"):
         model = with_lora(model)
-    loss = {"loss": "del", "loss_weight": run.get("weight", 0.5), "loss_path": run.get("loss_path", "logits")}
+    loss = {
+        "loss": run.get("loss", "del"),
+        "loss_weight": run.get("weight", 0.5),
+        "loss_path": run.get("loss_path", "logits"),
+    }
+    loss["loss_options"] = run.get("loss_options")
     if run.get("trainer") == "sft":
         from datasets import Dataset
 

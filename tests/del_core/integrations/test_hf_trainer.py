@@ -225,6 +225,19 @@ def test_accumulation_and_ranks_give_the_whole_batch_loss_and_weights(one_proces
     assert all(gap > 100 * TOL for gap in naive.values()), naive
 
 
+def test_ntil_accumulation_gives_the_whole_batch_steps(spec):
+    """NTIL scales its term by the whole batch's CE / term (the step's pre-pass without
+    gradients): 1x4 takes the steps of 1x1 (noise off: the same draws need the same shapes)."""
+    options = {"loss": "ntil", "weight": 0.3, "loss_options": {"noise_scale": 0.0}}
+    runs = [layout("1x4-ntil", 2, 4, **options), layout("1x1-ntil", 8, 1, **options)]
+    for run in runs:
+        worker.save(worker.train(spec, run), Path(spec["out"]), run["name"])
+    (logs_14, w_14), (logs_11, w_11) = (result(spec, run["name"]) for run in runs)
+    gaps = {"loss": loss_gap(logs_14, logs_11), "weights": weight_gap(w_14, w_11)}
+    assert all(gap <= TOL for gap in gaps.values()), gaps
+    assert all(r["aux"] > 0 for r in logs_14)
+
+
 # --- (2b) FSDP2 through the Trainer's fsdp= arguments, on the CPU -----------------------------------
 @pytest.fixture(scope="module")
 def one_process_lora(spec) -> dict:

@@ -11,6 +11,7 @@ import torch
 from del_core.losses import (
     AUTO_PLACEHOLDER,
     DEFAULT_AUTO_RATIO,
+    WEIGHTED_LOSSES,
     AutoWeight,
     AutoWeightError,
     LossSpec,
@@ -81,14 +82,16 @@ def test_measure_sums_in_the_dtype_asked_for():
     assert (single.ce, double.ce) == (1.0, 1.0 + 2.0**-24)
 
 
-def test_the_measured_lambda_makes_the_first_batch_term_the_ratio_of_its_ce():
+@pytest.mark.parametrize("name", WEIGHTED_LOSSES)
+def test_the_measured_lambda_makes_the_first_batch_term_the_ratio_of_its_ce(name):
     """With the loss built for "auto" (its placeholder lambda), its aux is the weight-1 digit term;
     once the measured lambda is set, the same batch's aux is ``ratio`` x its CE."""
-    spec = LossSpec("del", weight="auto", auto_ratio=0.05)
+    options = {"noise_scale": 0.0} if name == "ntil" else {}
+    spec = LossSpec(name, weight="auto", auto_ratio=0.05, options=options)
     loss = spec.build(VOCAB)
     assert loss.weight == AUTO_PLACEHOLDER == 1.0
     logits, labels = make_batch()
-    unit = LossSpec("del", weight=1.0).build(VOCAB)(logits, labels)
+    unit = LossSpec(name, weight=1.0, options=options).build(VOCAB)(logits, labels)
 
     def unit_terms(_batch) -> torch.Tensor:
         out = loss(logits, labels)
@@ -99,5 +102,5 @@ def test_the_measured_lambda_makes_the_first_batch_term_the_ratio_of_its_ce():
     loss.set_weight(chosen.weight)
     out = loss(logits, labels)
     assert out.aux.item() == pytest.approx(0.05 * out.ce.item(), rel=1e-12)
-    with pytest.raises(ValueError, match="del: weight must be a finite number >= 0, got -1"):
+    with pytest.raises(ValueError, match=f"{name}: weight must be a finite number >= 0, got -1"):
         loss.set_weight(-1)

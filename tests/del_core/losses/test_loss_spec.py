@@ -61,9 +61,9 @@ def test_it_builds_the_loss_build_loss_builds():
 BAD = [
     (
         {"name": "dell"},
-        "name must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, got 'dell'",
-        "loss.name must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, got 'dell'",
-        "loss must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, got 'dell'",
+        "name must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, number_level, smmd, ntil, got 'dell'",
+        "loss.name must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, number_level, smmd, ntil, got 'dell'",
+        "loss must be one of mle, mixce, emo, ntl_was, ntl_mse, dist2, del, number_level, smmd, ntil, got 'dell'",
     ),
     (
         {"weight": "heavy"},

@@ -9,6 +9,9 @@ import torch
 from del_core import LOSS_NAMES, DigitVocab, build_loss
 from helpers.toy_vocab import DIGITS, OTHER, TEXTS, VOCAB, H, V, build, cost_embedding, make_batch
 
+# The losses scored per number or per sequence have their own references (test_newer_losses.py).
+PER_POSITION = [name for name in LOSS_NAMES if name not in ("number_level", "smmd", "ntil")]
+
 
 # --- independent reference, plain Python floats ---------------------------------------------------
 def softmax(xs):
@@ -87,7 +90,7 @@ def reference_loss(name, logits, labels, texts, weight=None, eta=0.5, tau=1.0):
     return loss, sum(ce_terms) / n_tok
 
 
-@pytest.mark.parametrize("name", LOSS_NAMES)
+@pytest.mark.parametrize("name", PER_POSITION)
 def test_value_matches_reference(name):
     logits, labels = make_batch()
     weight = {"del": 0.128, "ntl_was": 0.3, "ntl_mse": 0.3, "dist2": 0.1}.get(name)
@@ -196,7 +199,8 @@ def test_emo_gradient_closed_form():
     assert out.aux.item() == pytest.approx(0.0, abs=1e-12)
 
 
-@pytest.mark.parametrize("name", LOSS_NAMES)
+# NTIL rescales each call's term by that call's CE / term: test_newer_losses.py checks its sums.
+@pytest.mark.parametrize("name", [name for name in LOSS_NAMES if name != "ntil"])
 def test_micro_batches_with_global_normalisers_equal_whole_batch(name):
     logits, labels = make_batch(seed=5)
     loss_fn = build(name)

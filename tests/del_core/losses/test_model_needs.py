@@ -10,7 +10,7 @@ from del_core.losses import LOSS_NAMES, build_loss, build_loss_for_model, head_w
 from del_core.losses.statistics import VocabSlice
 from helpers.toy_vocab import VOCAB, H, V, make_batch
 
-DIGIT_LOSSES = ("ntl_was", "ntl_mse", "dist2", "del")
+DIGIT_LOSSES = ("ntl_was", "ntl_mse", "dist2", "del", "number_level", "smmd", "ntil")
 
 
 def head(seed: int = 3) -> torch.nn.Linear:

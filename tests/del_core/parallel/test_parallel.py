@@ -35,7 +35,7 @@ V_MULTI = 1409  # uneven over 2, 3 and 4 ranks
 V_MULTI_K2 = 263
 V_LLAMA3 = 128_256
 MULTI_TEXTS = ["a1234567.0625b", "x.5_98,7654y", "zz100.125z3", "7.12.345q 42", "v1000000.001", "no digits"]
-DIGIT_LOSSES = ["mle", "del", "ntl_was", "ntl_mse", "dist2"]
+DIGIT_LOSSES = ["mle", "del", "ntl_was", "ntl_mse", "dist2", "smmd"]
 MULTI_SCENARIOS = ("multi_first", "multi_spread", "multi_k2", "multi_head")
 
 

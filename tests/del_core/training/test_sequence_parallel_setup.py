@@ -17,7 +17,7 @@ from del_core.models.sequence_attention import (
 )
 from del_core.parallel import ParallelDims, ParallelLayoutError, check_sequence_head_counts
 from del_core.parallel.rendezvous import free_port
-from del_core.training.config import DataConfig, ModelConfig, ParallelConfig, TrainConfig
+from del_core.training.config import DataConfig, LossConfig, ModelConfig, ParallelConfig, TrainConfig
 from helpers.tiny_models import tiny_causal_lm
 
 
@@ -34,6 +34,13 @@ def test_sp_with_tp_is_refused_by_name():
 def test_sp_with_eager_attention_is_refused():
     with pytest.raises(ConfigError, match="parallel.sp=2 needs model.attn_implementation sdpa"):
         TrainConfig(model=ModelConfig(attn_implementation="eager"), parallel=ParallelConfig(sp=2))
+
+
+@pytest.mark.parametrize("name", ["number_level", "ntil"])
+def test_sp_with_a_loss_scoring_whole_numbers_is_refused(name):
+    with pytest.raises(ConfigError, match=f"parallel.sp=2 with loss.name={name}: the loss scores each number"):
+        TrainConfig(loss=LossConfig(name=name), parallel=ParallelConfig(sp=2))
+    TrainConfig(loss=LossConfig(name="smmd"), parallel=ParallelConfig(sp=2))
 
 
 def test_a_sequence_shorter_than_sp_is_refused():
