@@ -1,13 +1,13 @@
 """Zero-shot evaluation of a model on the seven math benchmarks of the DEL paper.
 
-    python recipes/evaluate.py MODEL --data-dir DIR [--benchmarks gsm8k,svamp|all] [--limit N]
+    python recipes/evaluate.py MODEL [--data-dir DIR] [--benchmarks gsm8k,svamp|all] [--limit N]
            [--output-dir OUT] [--backend auto|vllm|hf] [--tp N] [--batch-size N] [key=value ...]
-    python recipes/evaluate.py --score-only PRED.jsonl --data-dir DIR --output OUT.jsonl
+    python recipes/evaluate.py --score-only PRED.jsonl [--data-dir DIR] --output OUT.jsonl
 
 MODEL: an HF directory, a training output directory (its final/), a .gguf file, smollm2 or a hub
-name. DIR (default $DEL_BENCHMARK_DIR) holds gsm8k/, math/, svamp/, simuleq/, aqua/, sat/,
-mmlu_mathematics/. What is written: del_core/evaluation/benchmarks/runner.py; the protocol:
-del_core/evaluation/benchmarks/zero_shot.py. Bad input: one `error: ...` line on stderr, exit status 2.
+name. DIR (default $DEL_BENCHMARK_DIR, else the repository's data/benchmarks) holds gsm8k/, math/,
+svamp/, simuleq/, aqua/, sat/, mmlu_mathematics/. What is written:
+del_core/evaluation/benchmarks/runner.py; the protocol: del_core/evaluation/benchmarks/zero_shot.py. Bad input: one `error: ...` line on stderr, exit status 2.
 """
 
 import sys

@@ -1,6 +1,6 @@
 """Differential grading of the benchmark scorer on a generated corpus (docs/grading.md).
 
-    python recipes/grade_corpus.py --data-dir $DEL_SHARED_DIR/data/benchmarks --out grading.md
+    python recipes/grade_corpus.py --out grading.md
     python recipes/grade_corpus.py --problems 20 --benchmarks gsm8k,aqua --graders mammoth,strict
 
 Scores >= 15 output forms of --problems records per benchmark with the project's scorer and the
@@ -21,7 +21,7 @@ filter_known_warnings()
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", help="benchmark directory (default: $DEL_BENCHMARK_DIR)")
+    parser.add_argument("--data-dir", help="benchmark directory (default: $DEL_BENCHMARK_DIR, else data/benchmarks)")
     parser.add_argument("--benchmarks", default="all")
     parser.add_argument("--problems", type=int, default=300, help="records per benchmark")
     parser.add_argument("--graders", default=",".join(GRADERS), help=f"any of {', '.join(GRADERS)}")

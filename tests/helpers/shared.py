@@ -1,7 +1,8 @@
-"""The shared material of the tests: real tokenizer vocabularies and the benchmark files.
+"""The material of the tests from outside the package: the real tokenizer vocabularies and the
+benchmark files (the repository's ``data/benchmarks``).
 
-The directory holding ``vocab/`` and ``data/`` comes from ``DEL_SHARED_DIR`` (``.ci/run`` sets
-it); without it, ``../shared`` beside the repository is used when present. Converted tokenizers
+The directory holding ``vocab/`` comes from ``DEL_SHARED_DIR`` (``.ci/run`` sets it); without it,
+``../shared`` beside the repository is used when present. Converted tokenizers
 are cached (``del_core.tokenizers``), so only the first run pays the ~40 s of GGUF conversion.
 """
 
@@ -45,8 +46,8 @@ def real_tokenizer(name: str):
 
 
 def benchmark_dir() -> Path:
-    """The benchmark folder of the shared material (gsm8k/, math/, ...); skips without it."""
-    root = shared_dir()
-    if root is None:
-        pytest.skip("shared material not found: set DEL_SHARED_DIR")
-    return root / "data" / "benchmarks"
+    """The benchmark folder the repository carries (gsm8k/, math/, ...): what ``recipes/evaluate.py``
+    reads without ``--data-dir``."""
+    from del_core.evaluation.benchmarks.data import REPOSITORY_DATA_DIR
+
+    return REPOSITORY_DATA_DIR
