@@ -41,6 +41,26 @@ test-fast: install
 test-container: install
 	$(BIN)/python -m pytest -q -m container tests
 
+# Debian's packages of the tests that run real components (as root, apt-get; without them those
+# tests skip and the run ends with a note naming the groups):
+# - bubblewrap: the sandbox of generated programs runs them in namespaces with it;
+# - podman, debootstrap, runc, catatonit (podman's runtime and --init): the container tests build the
+#   CPU image without a daemon or a registry (docker/build_image.py);
+# - slurm-wlm, slurmctld, slurmd, slurm-client, munge: tests/launch/test_slurm.py runs
+#   launch/slurm/train.sbatch on a real two-node test cluster (tests/helpers/slurm_cluster.py).
+SYSTEM_PACKAGES := bubblewrap podman debootstrap runc catatonit slurm-wlm slurmctld slurmd slurm-client munge
+# The commands that show each package installed (.ci/run checks them before calling system-deps).
+SYSTEM_COMMANDS := bwrap podman debootstrap runc catatonit slurmctld slurmd srun munged
+
+.PHONY: system-deps system-deps-missing
+system-deps:
+	apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES) \
+	    || (apt-get update && apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES))
+
+# Prints the commands of SYSTEM_COMMANDS that are not on PATH (nothing when all are there).
+system-deps-missing:
+	@for name in $(SYSTEM_COMMANDS); do command -v $$name >/dev/null || echo $$name; done
+
 bench: install
 	$(BIN)/python tests/bench/loss_overhead.py
 

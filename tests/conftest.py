@@ -12,6 +12,7 @@ import pytest
 
 from helpers.container import BuiltImage, build_image, podman_unavailable
 from helpers.shared import benchmark_dir, real_tokenizer
+from helpers.skip_summary import write_summary
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +22,7 @@ def qwen2_tokenizer():
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The benchmark folder of the shared material (gsm8k/, math/, ...); skips without it."""
+    """The benchmark folder the repository carries (gsm8k/, math/, ...)."""
     return benchmark_dir()
 
 
@@ -90,3 +91,9 @@ def pytest_collection_modifyitems(session, config, items):
     from helpers.container import start_background_build
 
     start_background_build(Path(tempfile.mkdtemp(prefix="del-image-build-")) / "build.log")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Once, at the end: the groups skipped for missing system packages (sandbox, container, slurm),
+    why, and the command that installs them (helpers.skip_summary)."""
+    write_summary(terminalreporter)
