@@ -16,7 +16,7 @@ image tagged with its key:
          and the torch wheel. On a miss, podman's layer cache still reuses every unchanged layer.
 
 Prints each step's time, the image size and, on the last line, the image's tag (also tagged
-NAME:cpu). Runs as root with podman and debootstrap installed (.ci/run installs them); podman reads
+NAME:cpu). Runs as root with podman and debootstrap installed (`make system-deps`); podman reads
 docker/containers.conf (CONTAINERS_CONF) unless CONTAINERS_CONF is set.
 """
 
@@ -278,7 +278,7 @@ def check_tools() -> None:
         raise BuildError("building the base needs root (debootstrap, chroot, rootful podman)")
     missing = [tool for tool in ("podman", "debootstrap", "tar") if shutil.which(tool) is None]
     if missing:
-        raise BuildError(f"{', '.join(missing)} not installed: apt-get install -y podman debootstrap (see .ci/run)")
+        raise BuildError(f"{', '.join(missing)} not installed: `make system-deps` installs them, as root")
 
 
 def build(wheels: Path, podman: Podman, name: str) -> str:

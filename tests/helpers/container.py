@@ -37,7 +37,7 @@ def podman_unavailable() -> str | None:
         return "the image build needs root (debootstrap, rootful podman)"
     missing = [tool for tool in ("podman", "debootstrap") if shutil.which(tool) is None]
     if missing:
-        return f"{' and '.join(missing)} not installed (.ci/run installs them with apt-get)"
+        return f"{' and '.join(missing)} not installed (`make system-deps` installs them, as root)"
     build = build_module()
     try:
         build.torch_wheels(build.default_wheels(), REPO / "requirements.txt")
