@@ -281,12 +281,18 @@ def check_tools() -> None:
         raise BuildError(f"{', '.join(missing)} not installed: `make system-deps` installs them, as root")
 
 
+def base_image(podman: Podman) -> str:
+    """Make (or find) the Debian base; its tag."""
+    base = BaseRecipe()
+    tag = f"localhost/del-base:{base.key()}"
+    _cached("base", tag, podman.has_image(tag), lambda: make_base(base, podman, tag))
+    return tag
+
+
 def build(wheels: Path, podman: Podman, name: str) -> str:
     """Make (or find) the base and the image; print times and size; the image's tag."""
     started = time.monotonic()
-    base = BaseRecipe()
-    base_tag = f"localhost/del-base:{base.key()}"
-    _cached("base", base_tag, podman.has_image(base_tag), lambda: make_base(base, podman, base_tag))
+    base_tag = base_image(podman)
     recipe = ImageRecipe(REPO, DOCKERFILE, base_tag, wheels)
     tag = f"{name}:cpu-{recipe.key()}"
     _cached("image", tag, podman.has_image(tag), lambda: build_image(recipe, podman, [tag]))
