@@ -80,17 +80,23 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
+OUTSIDE_USER_TEST = "test_an_outside_user_installs_tests_and_trains_as_the_readme_says"
+
+
 @pytest.hookimpl(trylast=True)  # after -m/-k have deselected
 def pytest_collection_modifyitems(session, config, items):
     """The container tests run last, and the build of their image starts now in the background
-    (helpers.container.start_background_build): the suite's other tests overlap it."""
+    (helpers.container.start_background_build), followed by the outside user's run when its test
+    is selected: the suite's other tests overlap both."""
     container = [item for item in items if item.get_closest_marker("container") is not None]
     if not container or config.option.collectonly:
         return
     items[:] = [item for item in items if item.get_closest_marker("container") is None] + container
-    from helpers.container import start_background_build
+    from helpers import container as images
 
-    start_background_build(Path(tempfile.mkdtemp(prefix="del-image-build-")) / "build.log")
+    images.start_background_build(Path(tempfile.mkdtemp(prefix="del-image-build-")) / "build.log")
+    if images.podman_unavailable() is None and any(item.name == OUTSIDE_USER_TEST for item in items):
+        images.start_outside_user_run(Path(tempfile.mkdtemp(prefix="del-outside-user-")))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
