@@ -4,6 +4,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+# What runs from .venv runs with its bin/ first on PATH: DeepSpeed compiles its ops at first use
+# with the `ninja` that pip installed there (a fresh machine has no other).
+RUN := PATH="$(abspath $(BIN)):$$PATH"
 
 .PHONY: install train demo lint test bench docs-install docs
 
@@ -17,10 +20,10 @@ $(VENV)/.installed: requirements.txt requirements-test.txt requirements-demo.txt
 install: $(VENV)/.installed
 
 train: install
-	$(BIN)/python recipes/train.py recipes/configs/tiny.yaml run.overwrite=true
+	$(RUN) $(BIN)/python recipes/train.py recipes/configs/tiny.yaml run.overwrite=true
 
 demo: install
-	$(BIN)/python recipes/loss_demo.py
+	$(RUN) $(BIN)/python recipes/loss_demo.py
 
 lint: install
 	$(BIN)/ruff check .
@@ -28,21 +31,41 @@ lint: install
 	$(BIN)/hadolint --config .hadolint.yaml docker/Dockerfile
 
 test: install
-	$(BIN)/python -m pytest -q --durations=30 tests
+	$(RUN) $(BIN)/python -m pytest -q --durations=30 tests
 
 # The unit tier for the edit-test loop: no process launches, nothing over ~2 s (markers in pyproject.toml).
 .PHONY: test-fast
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not slow and not launches" tests
+	$(RUN) $(BIN)/python -m pytest -q -m "not slow and not launches" tests
 
 # The image tests alone: builds the CPU image with podman (or finds it by its content key) and runs
-# training, the sandbox attack tests and evaluation in it (root, podman, debootstrap: see .ci/run).
+# training, the sandbox attack tests and evaluation in it (root, podman, debootstrap: make system-deps).
 .PHONY: test-container
 test-container: install
-	$(BIN)/python -m pytest -q -m container tests
+	$(RUN) $(BIN)/python -m pytest -q -m container tests
+
+# Debian's packages of the tests that run real components (as root, apt-get; without them those
+# tests skip and the run ends with a note naming the groups):
+# - bubblewrap: the sandbox of generated programs runs them in namespaces with it;
+# - podman, debootstrap, runc, catatonit (podman's runtime and --init): the container tests build the
+#   CPU image without a daemon or a registry (docker/build_image.py);
+# - slurm-wlm, slurmctld, slurmd, slurm-client, munge: tests/launch/test_slurm.py runs
+#   launch/slurm/train.sbatch on a real two-node test cluster (tests/helpers/slurm_cluster.py).
+SYSTEM_PACKAGES := bubblewrap podman debootstrap runc catatonit slurm-wlm slurmctld slurmd slurm-client munge
+# The commands that show each package installed (.ci/run checks them before calling system-deps).
+SYSTEM_COMMANDS := bwrap podman debootstrap runc catatonit slurmctld slurmd srun munged
+
+.PHONY: system-deps system-deps-missing
+system-deps:
+	apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES) \
+	    || (apt-get update && apt-get install -y --no-install-recommends $(SYSTEM_PACKAGES))
+
+# Prints the commands of SYSTEM_COMMANDS that are not on PATH (nothing when all are there).
+system-deps-missing:
+	@for name in $(SYSTEM_COMMANDS); do command -v $$name >/dev/null || echo $$name; done
 
 bench: install
-	$(BIN)/python tests/bench/loss_overhead.py
+	$(RUN) $(BIN)/python tests/bench/loss_overhead.py
 
 $(VENV)/.docs-installed: $(VENV)/.installed requirements-docs.txt
 	$(BIN)/pip install --quiet -r requirements-docs.txt

@@ -17,7 +17,7 @@ image tagged with its key:
          and the torch wheel. On a miss, podman's layer cache still reuses every unchanged layer.
 
 Prints each step's time, the image size and, on the last line, the image's tag (also tagged
-NAME:cpu). Runs as root with podman and debootstrap installed (.ci/run installs them); podman reads
+NAME:cpu). Runs as root with podman and debootstrap installed (`make system-deps`); podman reads
 docker/containers.conf (CONTAINERS_CONF) unless CONTAINERS_CONF is set.
 """
 
@@ -296,15 +296,21 @@ def check_tools() -> None:
         raise BuildError("building the base needs root (debootstrap, chroot, rootful podman)")
     missing = [tool for tool in ("podman", "debootstrap", "tar") if shutil.which(tool) is None]
     if missing:
-        raise BuildError(f"{', '.join(missing)} not installed: apt-get install -y podman debootstrap (see .ci/run)")
+        raise BuildError(f"{', '.join(missing)} not installed: `make system-deps` installs them, as root")
+
+
+def base_image(podman: Podman) -> str:
+    """Make (or find) the Debian base; its tag."""
+    base = BaseRecipe()
+    tag = f"localhost/del-base:{base.key()}"
+    _cached("base", tag, podman.has_image(tag), lambda: make_base(base, podman, tag))
+    return tag
 
 
 def build(wheels: Path, podman: Podman, name: str) -> str:
     """Make (or find) the base and the image; print times and size; the image's tag."""
     started = time.monotonic()
-    base = BaseRecipe()
-    base_tag = f"localhost/del-base:{base.key()}"
-    _cached("base", base_tag, podman.has_image(base_tag), lambda: make_base(base, podman, base_tag))
+    base_tag = base_image(podman)
     recipe = ImageRecipe(REPO, DOCKERFILE, base_tag, wheels)
     tag = f"{name}:cpu-{recipe.key()}"
     _cached("image", tag, podman.has_image(tag), lambda: build_image(recipe, podman, [tag]))

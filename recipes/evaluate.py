@@ -6,9 +6,10 @@
     python recipes/evaluate.py score_only=PRED.jsonl output=OUT.jsonl [data_dir=DIR]
 
 MODEL: an HF directory, a training output directory (its final/), a .gguf file, smollm2 or a hub
-name. DIR (default $DEL_BENCHMARK_DIR) holds gsm8k/, math/, svamp/, simuleq/, aqua/, sat/,
-mmlu_mathematics/. What is written: del_core/evaluation/benchmarks/runner.py; the protocol:
-del_core/evaluation/benchmarks/zero_shot.py. Bad input: one `error: ...` line on stderr, exit status 2.
+name. DIR (default $DEL_BENCHMARK_DIR, else the repository's data/benchmarks) holds gsm8k/, math/,
+svamp/, simuleq/, aqua/, sat/, mmlu_mathematics/. What is written:
+del_core/evaluation/benchmarks/runner.py; the protocol: del_core/evaluation/benchmarks/zero_shot.py.
+Bad input: one `error: ...` line on stderr, exit status 2.
 """
 
 import sys

@@ -1,6 +1,6 @@
 """Differential grading of the benchmark scorer on a generated corpus (docs/grading.md).
 
-    python recipes/grade_corpus.py data_dir=$DEL_SHARED_DIR/data/benchmarks out=grading.md
+    python recipes/grade_corpus.py out=grading.md
     python recipes/grade_corpus.py problems=20 benchmarks=gsm8k,aqua graders=mammoth,strict
 
 Scores >= 15 output forms of ``problems`` records per benchmark with the project's scorer and the

@@ -12,6 +12,7 @@ import pytest
 
 from helpers.container import BuiltImage, build_image, podman_unavailable
 from helpers.shared import benchmark_dir, real_tokenizer
+from helpers.skip_summary import write_summary
 
 
 @pytest.fixture(scope="session")
@@ -21,7 +22,7 @@ def qwen2_tokenizer():
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The benchmark folder of the shared material (gsm8k/, math/, ...); skips without it."""
+    """The benchmark folder the repository carries (gsm8k/, math/, ...)."""
     return benchmark_dir()
 
 
@@ -79,14 +80,26 @@ def pytest_runtest_protocol(item, nextitem):
         yield
 
 
+OUTSIDE_USER_TEST = "test_an_outside_user_installs_tests_and_trains_as_the_readme_says"
+
+
 @pytest.hookimpl(trylast=True)  # after -m/-k have deselected
 def pytest_collection_modifyitems(session, config, items):
     """The container tests run last, and the build of their image starts now in the background
-    (helpers.container.start_background_build): the suite's other tests overlap it."""
+    (helpers.container.start_background_build), followed by the outside user's run when its test
+    is selected: the suite's other tests overlap both."""
     container = [item for item in items if item.get_closest_marker("container") is not None]
     if not container or config.option.collectonly:
         return
     items[:] = [item for item in items if item.get_closest_marker("container") is None] + container
-    from helpers.container import start_background_build
+    from helpers import container as images
 
-    start_background_build(Path(tempfile.mkdtemp(prefix="del-image-build-")) / "build.log")
+    images.start_background_build(Path(tempfile.mkdtemp(prefix="del-image-build-")) / "build.log")
+    if images.podman_unavailable() is None and any(item.name == OUTSIDE_USER_TEST for item in items):
+        images.start_outside_user_run(Path(tempfile.mkdtemp(prefix="del-outside-user-")))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Once, at the end: the groups skipped for missing system packages (sandbox, container, slurm),
+    why, and the command that installs them (helpers.skip_summary)."""
+    write_summary(terminalreporter)

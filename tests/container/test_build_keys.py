@@ -27,6 +27,7 @@ def test_the_copied_sources_are_read_from_the_dockerfile():
         "ds_configs",
         "launch",
         "docker/entrypoint.sh",
+        "data/benchmarks",
         "README.md",
     ]
     text = "COPY --chown=1:1 a b/ ./\nCOPY --from=stage /x /y\nADD c \\\n    d /e\nRUN cp f g\n"

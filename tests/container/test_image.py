@@ -157,20 +157,20 @@ PROGRAM_ROW = {"benchmark": "gsm8k", "index": 1, "output": "bolts = 2 + 2 / 2\np
 CHOICE_ROW = {"benchmark": "mmlu_mathematics", "index": 0, "output": "24 = 2p so p = 12. The answer is (C)."}
 
 
-def _score_in_container(image, folders, data_dir: Path, rows: list, *flags: str, **env: str):
+def _score_in_container(image, folders, rows: list, *flags: str, **env: str):
+    """recipes/evaluate.py --score-only in the image, against the benchmark files the image carries
+    (no --data-dir, nothing mounted at /data)."""
     name = f"pred-{time.monotonic_ns()}"
     pred = folders.runs / f"{name}.jsonl"
     pred.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    args = [f"score_only=/runs/{pred.name}", "data_dir=/data", f"output=/runs/{name}-out.jsonl"]
-    done = docker_launcher(
-        ["--", "python", "recipes/evaluate.py", *args, *flags], folders.env(image.tag, DATA_DIR=str(data_dir), **env)
-    )
+    args = [f"score_only=/runs/{pred.name}", f"output=/runs/{name}-out.jsonl"]
+    done = docker_launcher(["--", "python", "recipes/evaluate.py", *args, *flags], folders.env(image.tag, **env))
     out = folders.runs / f"{name}-out.jsonl"
     return done, [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else None
 
 
-def test_where_bubblewrap_fails_inside_evaluate_refuses_programs_unless_chosen(image, folders, data_dir):
-    refused, rows = _score_in_container(image, folders, data_dir, [PROGRAM_ROW, CHOICE_ROW])
+def test_where_bubblewrap_fails_inside_evaluate_refuses_programs_unless_chosen(image, folders):
+    refused, rows = _score_in_container(image, folders, [PROGRAM_ROW, CHOICE_ROW])
     assert refused.returncode == 2 and rows is None
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith(
@@ -179,12 +179,12 @@ def test_where_bubblewrap_fails_inside_evaluate_refuses_programs_unless_chosen(i
     )
     assert "launch/docker.sh: SANDBOX_NAMESPACES=1" in line and "sandbox=basic" in line
     for flags, env in ((("sandbox=basic",), {}), ((), {"DEL_SANDBOX_ACCEPT_BASIC": "1"})):
-        done, rows = _score_in_container(image, folders, data_dir, [PROGRAM_ROW, CHOICE_ROW], *flags, **env)
+        done, rows = _score_in_container(image, folders, [PROGRAM_ROW, CHOICE_ROW], *flags, **env)
         assert done.returncode == 0, done.stderr
         scored = [(r["program_status"], r["answer"], r["correct"]) for r in rows]
         assert scored == [("ok", "3.0", True), (None, "C", True)]
-    done, rows = _score_in_container(image, folders, data_dir, [CHOICE_ROW])  # multiple choice: no program
+    done, rows = _score_in_container(image, folders, [CHOICE_ROW])  # multiple choice: no program
     assert done.returncode == 0 and [r["answer"] for r in rows] == ["C"], done.stderr
-    done, rows = _score_in_container(image, folders, data_dir, [PROGRAM_ROW], SANDBOX_NAMESPACES="1")
+    done, rows = _score_in_container(image, folders, [PROGRAM_ROW], SANDBOX_NAMESPACES="1")
     assert done.returncode == 0 and [r["program_status"] for r in rows] == ["ok"], done.stderr
     assert "WARNING" not in done.stderr

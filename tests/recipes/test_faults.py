@@ -1,4 +1,4 @@
-"""Fault injection on recipes/train.py (issue 29): the situations a cluster run meets - a resume with
+"""Fault injection on recipes/train.py: the situations a cluster run meets - a resume with
 a changed setting, a re-run into a finished folder, a damaged newest checkpoint, Ctrl-C, kill -9
 during a checkpoint write - each with the behaviour the run must have.
 

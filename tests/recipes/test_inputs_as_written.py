@@ -1,5 +1,5 @@
 """Bad inputs stop the entry scripts with one line naming what is wrong, before anything heavy
-loads and before anything is written (issue 29 item 5): a negative lambda, a data row that is not
+loads and before anything is written: a negative lambda, a data row that is not
 UTF-8, an empty predictions file for score_only (which never touches an existing output)."""
 
 from __future__ import annotations

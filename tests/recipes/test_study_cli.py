@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from helpers.shared import REPO, real_tokenizer, shared_dir
+from helpers.shared import REPO, benchmark_dir, real_tokenizer
 from helpers.training import make_tiny_qwen2
 
 pytestmark = pytest.mark.launches
@@ -46,15 +46,12 @@ def test_a_bad_key_is_a_one_line_error_before_anything_runs(tmp_path):
 
 
 def test_study_smoke_two_losses_one_seed_then_resume(tmp_path):
-    root = shared_dir()
-    if root is None:
-        pytest.skip("shared material not found: set DEL_SHARED_DIR")
     model = make_tiny_qwen2(tmp_path / "tiny-qwen2", real_tokenizer("qwen2"))
     out = tmp_path / "study"
     args = [str(CPU_CONFIG), f"model={model}", "losses=mle,del", "seeds=0", f"output_root={out}",
             "run.max_steps=2", "run.global_batch_size=4", "run.micro_batch_size=4", "optimizer.lr=1e-3",
             "train_size=24", "heldout_size=4", "heldout_generate=3", "heldout_max_new_tokens=6",
-            "benchmarks=gsm8k,svamp", f"benchmark_dir={root / 'data' / 'benchmarks'}",
+            "benchmarks=gsm8k,svamp", f"benchmark_dir={benchmark_dir()}",
             "benchmark_limit=2", "benchmark_max_new_tokens=8", "threads=1",
             f"model.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
     first, _ = _study(args)

@@ -27,7 +27,9 @@ class EvalConfig:
     model: Optional[str] = option(
         None, "HF directory, training output directory (its final/), .gguf file, smollm2 or hub name", "MODEL"
     )
-    data_dir: Optional[str] = option(None, "benchmark directory (default: $DEL_BENCHMARK_DIR)", "DIR")
+    data_dir: Optional[str] = option(
+        None, "benchmark directory (default: $DEL_BENCHMARK_DIR, else the repository's data/benchmarks)", "DIR"
+    )
     benchmarks: str = option("all", "comma list of gsm8k,math,svamp,simuleq,aqua,sat,mmlu_mathematics, or all", "LIST")
     limit: Optional[int] = option(None, "the first N questions of each benchmark", "N")
     output_dir: Optional[str] = option(

@@ -35,13 +35,22 @@ class BenchmarkError(ValueError):
     """A benchmark file, row or field that cannot be read."""
 
 
+# The test sets the repository carries (data/benchmarks/ beside del_core/): found from this file, so
+# a checkout or an editable install has them; a wheel installed into site-packages does not.
+REPOSITORY_DATA_DIR = Path(__file__).resolve().parents[3] / "data" / "benchmarks"
+
+
 def data_dir_from(flag: Optional[str]) -> Path:
-    """The benchmark directory: ``flag``, else ``$DEL_BENCHMARK_DIR``; a clear error otherwise."""
+    """The benchmark directory: ``flag``, else ``$DEL_BENCHMARK_DIR``, else the repository's
+    ``data/benchmarks``; a :class:`BenchmarkError` naming what is missing otherwise."""
     value = flag or os.environ.get(DATA_DIR_ENV)
     if not value:
+        if REPOSITORY_DATA_DIR.is_dir():
+            return REPOSITORY_DATA_DIR
         raise BenchmarkError(
-            f"no benchmark directory: pass --data-dir DIR or set {DATA_DIR_ENV} "
-            f"(DIR holds {', '.join(sorted({f.split('/')[0] for f in FILES.values()}))})"
+            f"no benchmark directory: {REPOSITORY_DATA_DIR} does not exist (del_core is installed "
+            f"outside a checkout of the repository, which carries data/benchmarks/); pass data_dir=DIR "
+            f"or set {DATA_DIR_ENV} (DIR holds {', '.join(sorted({f.split('/')[0] for f in FILES.values()}))})"
         )
     path = Path(value)
     if not path.is_dir():

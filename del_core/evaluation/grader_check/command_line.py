@@ -18,7 +18,9 @@ from del_core.evaluation.grader_check.independent_graders import GRADERS
 class GradeCorpusConfig:
     """The keys of a differential grading run."""
 
-    data_dir: Optional[str] = option(None, "benchmark directory (default: $DEL_BENCHMARK_DIR)", "DIR")
+    data_dir: Optional[str] = option(
+        None, "benchmark directory (default: $DEL_BENCHMARK_DIR, else data/benchmarks)", "DIR"
+    )
     benchmarks: str = option("all", "comma list of benchmarks, or all", "LIST")
     problems: int = option(300, "records per benchmark")
     graders: str = option(",".join(GRADERS), f"any of {', '.join(GRADERS)}")

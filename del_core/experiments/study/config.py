@@ -67,7 +67,7 @@ class StudyConfig:
     benchmarks: list[str] = field(default_factory=lambda: ["gsm8k", "svamp"])  # empty: none
     benchmark_limit: int = 4  # the first N questions of each benchmark
     benchmark_max_new_tokens: int = 128
-    benchmark_dir: Optional[str] = None  # default $DEL_BENCHMARK_DIR
+    benchmark_dir: Optional[str] = None  # default $DEL_BENCHMARK_DIR, else the repository's data/benchmarks
     eval_backend: str = "hf"  # hf, vllm or auto (EvalConfig.backend)
     eval_batch_size: int = 8
     # machine

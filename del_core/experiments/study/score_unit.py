@@ -10,7 +10,6 @@ Each evaluation's done marker is its summary.json, written last and atomically
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -22,6 +21,7 @@ from del_core.config import config_to_dict
 from del_core.data.jsonl import write_jsonl
 from del_core.data.prompting import PromptFormat
 from del_core.evaluation.benchmarks.config import EvalConfig
+from del_core.evaluation.benchmarks.files import BenchmarkError, data_dir_from
 from del_core.experiments.output_root import read_marker, write_marker
 from del_core.experiments.spawned import StepFailed, run_spawned
 from del_core.experiments.study.config import StudyConfig, StudyError, shared_train_config
@@ -138,22 +138,16 @@ def evaluate_benchmarks(config: StudyConfig, model: str, data_dir: Path, out_dir
 
 
 def benchmark_dir(config: StudyConfig) -> Optional[Path]:
-    """The benchmark directory to use, or None (with a printed reason) when benchmarks are skipped."""
+    """The benchmark directory to use (``benchmark_dir``, else $DEL_BENCHMARK_DIR, else the
+    repository's data/benchmarks: :func:`~del_core.evaluation.benchmarks.files.data_dir_from`), or
+    None (with a printed reason) when benchmarks are skipped."""
     if not config.benchmarks or config.benchmark_limit == 0:
         return None
-    value = config.benchmark_dir or os.environ.get("DEL_BENCHMARK_DIR")
-    skipping = f"skipping {', '.join(config.benchmarks)}"
-    if not value:
-        print(
-            f"[study] no benchmark directory (pass benchmark_dir=DIR or set DEL_BENCHMARK_DIR): {skipping}",
-            flush=True,
-        )
+    try:
+        return data_dir_from(config.benchmark_dir)
+    except BenchmarkError as err:
+        print(f"[study] {err}: skipping {', '.join(config.benchmarks)}", flush=True)
         return None
-    path = Path(value)
-    if not path.is_dir():
-        print(f"[study] benchmark directory {path} not found: {skipping}", flush=True)
-        return None
-    return path
 
 
 def drop_weights(run_dir: Path) -> None:

@@ -1,6 +1,6 @@
 """Every numeric key of every configuration reads every spelling YAML 1.2 and Python give its type,
 in a recipe and on the command line (del_core.config.number_spellings), and the range checks run with the
-configuration checks (issue 29 item 5)."""
+configuration checks."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The run-reliability parts without a training run: checkpoint manifests and their verification
 with fallback, the output-folder lock, the finished-folder check, the metrics cut-back and the
-run identity comparison (issue 29 items 1-3)."""
+run identity comparison."""
 
 from __future__ import annotations
 

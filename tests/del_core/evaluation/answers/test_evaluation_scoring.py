@@ -1,6 +1,8 @@
 """Answer extraction, comparison rules, metrics and benchmark loading errors of del_core/evaluation."""
 
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +11,7 @@ from del_core.evaluation.answers.math_equivalence import math_equivalent
 from del_core.evaluation.answers.numbers import find_numbers, numbers_match
 from del_core.evaluation.answers.program_output import answer_from_program_output, program_from_output
 from del_core.evaluation.answers.scoring import is_correct, summarise
+from del_core.evaluation.benchmarks import files as benchmark_data
 from del_core.evaluation.benchmarks.files import BenchmarkError, data_dir_from, load_benchmark, parse_benchmark_list
 from del_core.evaluation.question import Record
 
@@ -263,11 +266,42 @@ def test_benchmark_errors_name_file_row_and_field(tmp_path, monkeypatch):
         load_benchmark("mmlu_mathematics", tmp_path)
     with pytest.raises(BenchmarkError, match=r"benchmark file not found: .*svamp/SVAMP\.json"):
         load_benchmark("svamp", tmp_path)
-    monkeypatch.delenv("DEL_BENCHMARK_DIR", raising=False)
-    with pytest.raises(BenchmarkError, match="pass --data-dir DIR or set DEL_BENCHMARK_DIR"):
-        data_dir_from(None)
-    monkeypatch.setenv("DEL_BENCHMARK_DIR", str(tmp_path))
-    assert data_dir_from(None) == tmp_path
     assert parse_benchmark_list("gsm8k, svamp") == ("gsm8k", "svamp")
     with pytest.raises(BenchmarkError, match="unknown benchmark"):
         parse_benchmark_list("gsm8k,mmlu")
+
+
+REPOSITORY = Path(__file__).resolve().parents[4]
+
+
+def test_the_benchmark_directory_is_the_flag_else_the_environment_else_the_repository_copy(tmp_path, monkeypatch):
+    monkeypatch.delenv("DEL_BENCHMARK_DIR", raising=False)
+    assert data_dir_from(None) == REPOSITORY / "data" / "benchmarks"
+    monkeypatch.setenv("DEL_BENCHMARK_DIR", str(tmp_path / "env"))
+    with pytest.raises(BenchmarkError, match=f"benchmark directory not found: {tmp_path}/env$"):
+        data_dir_from(None)
+    (tmp_path / "env").mkdir()
+    assert data_dir_from(None) == tmp_path / "env"
+    assert data_dir_from(str(tmp_path)) == tmp_path
+
+
+def test_without_the_repository_copy_the_error_says_how_to_name_a_directory(tmp_path, monkeypatch):
+    """An installed (non-editable) package has no data/benchmarks beside it."""
+    monkeypatch.delenv("DEL_BENCHMARK_DIR", raising=False)
+    missing = tmp_path / "site-packages" / "data" / "benchmarks"
+    monkeypatch.setattr(benchmark_data, "REPOSITORY_DATA_DIR", missing)
+    with pytest.raises(BenchmarkError) as err:
+        data_dir_from(None)
+    assert str(err.value).startswith(f"no benchmark directory: {missing} does not exist (del_core is installed")
+    assert "pass --data-dir DIR or set DEL_BENCHMARK_DIR (DIR holds aqua, gsm8k, math," in str(err.value)
+
+
+def test_the_repository_copy_matches_its_checksums_and_holds_every_row():
+    folder = REPOSITORY / "data" / "benchmarks"
+    listed = dict(line.split()[::-1] for line in (folder / "SHA256SUMS").read_text().splitlines())
+    assert sorted(listed) == sorted(benchmark_data.FILES.values())
+    for name, digest in listed.items():
+        assert hashlib.sha256((folder / name).read_bytes()).hexdigest() == digest, name
+    counts = {name: len(load_benchmark(name, folder)) for name in benchmark_data.FILES}
+    assert counts == {"gsm8k": 1319, "math": 5000, "svamp": 1000, "simuleq": 514, "aqua": 254, "sat": 220,
+                      "mmlu_mathematics": 974}  # fmt: skip
