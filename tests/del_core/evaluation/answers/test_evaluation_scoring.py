@@ -293,7 +293,7 @@ def test_without_the_repository_copy_the_error_says_how_to_name_a_directory(tmp_
     with pytest.raises(BenchmarkError) as err:
         data_dir_from(None)
     assert str(err.value).startswith(f"no benchmark directory: {missing} does not exist (del_core is installed")
-    assert "pass --data-dir DIR or set DEL_BENCHMARK_DIR (DIR holds aqua, gsm8k, math," in str(err.value)
+    assert "pass data_dir=DIR or set DEL_BENCHMARK_DIR (DIR holds aqua, gsm8k, math," in str(err.value)
 
 
 def test_the_repository_copy_matches_its_checksums_and_holds_every_row():
