@@ -8,13 +8,18 @@ parameter; FSDP2: the head's unit stays unsharded through the loss).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
 from del_core import LossOutput, NumberSpans, NumericLoss
 from del_core.losses import LossCalls, LossPath, build_loss_path
+
+if TYPE_CHECKING:
+    from del_core import DigitVocab
+    from del_core.training.config import LossConfig
 
 # The named scalars the objective returns per micro-batch: the differentiable loss parts and the
 # loss's detached metrics over the micro-batch (see del_core.LossOutput).
@@ -147,6 +152,28 @@ class CausalLMObjective(torch.nn.Module):
             spans=spans,
         )
         return as_named_tensors(out)
+
+
+def build_objective(
+    model: Any,
+    loss: LossConfig,
+    vocab: Optional[DigitVocab],
+    head_weight: Callable[[], torch.Tensor],
+    device: torch.device,
+    max_tokens: int,
+    log: Callable[[str], None],
+) -> CausalLMObjective:
+    """The objective of a run: ``model`` followed by the recipe's ``loss`` section built for
+    ``vocab`` (``head_weight``: a copy of the LM-head weight, for the losses that read it), its
+    constant buffers on ``device``, compiled when ``loss.compile`` for micro-batches of at most
+    ``max_tokens`` tokens."""
+    loss_fn = loss.build(vocab, head_weight)
+    loss_fn.to(device)  # its constant buffers (SMMD's kernel): not a submodule of the engine's module
+    compilation = None
+    if loss.compile:
+        compilation = LossCompilation(loss.compile_backend, max_tokens)
+        log(f"[loss] torch.compile({loss.name}, backend={loss.compile_backend}, dynamic shapes)")
+    return CausalLMObjective(model, loss_fn, loss.path, loss.chunk_size, compilation)
 
 
 class ObjectiveRun:

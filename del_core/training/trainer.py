@@ -53,7 +53,7 @@ from del_core.training.heldout import HeldOutHistory, HeldOutResult
 from del_core.training.loss_weight import run_auto_weight
 from del_core.training.model_export import ExportSource, export_model
 from del_core.training.model_setup import RunTokenizer, load_run_tokenizer, load_training_model, output_vocab_size
-from del_core.training.objective import CausalLMObjective, LossCompilation
+from del_core.training.objective import CausalLMObjective, build_objective
 from del_core.training.records import FinalRecord, TrainRecord
 from del_core.training.reporting import Reporter, SilentReporter
 from del_core.training.run_folder import RunFolder, StopRequest
@@ -181,19 +181,14 @@ class Trainer:
         self.folder.find_resume(self.config, len(self.data.items), self.total_steps, self.runtime.device)
 
     def _setup_model_and_loss(self) -> None:
-        loss_cfg = self.config.loss
         built = load_training_model(self.config, self.tokens.model_source, self.backend, self.log)
         model, self.peft_model, self.dims = built.model, built.peft_model, built.dims
         self.output_vocab_size = output_vocab_size(model)
-        gathered = self.backend.head_gather()
-        loss_fn = loss_cfg.build(self.vocab, functools.partial(head_weight_copy, model, self.runtime.device, gathered))
-        loss_fn.to(self.runtime.device)  # its constant buffers (SMMD's kernel), not a submodule of the engine's
-        compilation = None
-        if loss_cfg.compile:
-            max_tokens = self.config.run.micro_batch_size * self.config.data.max_length
-            compilation = LossCompilation(loss_cfg.compile_backend, max_tokens)
-            self.log(f"[loss] torch.compile({loss_cfg.name}, backend={loss_cfg.compile_backend}, dynamic shapes)")
-        self.objective = CausalLMObjective(model, loss_fn, loss_cfg.path, loss_cfg.chunk_size, compilation)
+        head_weight = functools.partial(head_weight_copy, model, self.runtime.device, self.backend.head_gather())
+        max_tokens = self.config.run.micro_batch_size * self.config.data.max_length
+        self.objective = build_objective(
+            model, self.config.loss, self.vocab, head_weight, self.runtime.device, max_tokens, self.log
+        )
         # from_pretrained returns the model in eval mode: without this, dropout and gradient
         # checkpointing (transformers checkpoints only in training mode) would stay off until the
         # first held-out evaluation restored train mode, and for the whole run without one.
@@ -298,11 +293,7 @@ class Trainer:
         batches = self._micro_batches()
         counts = step_counts(batches, self.runtime.device, self.dims.dp_group)
         sequence_parallel = self.dims.sp > 1
-
-        def unit_terms(cpu_batch: TokenBatch) -> torch.Tensor:
-            out = self._forward(cpu_batch.to(self.runtime.device), counts, whole=sequence_parallel)
-            return torch.stack([out["ce"], out["aux"]])
-
+        unit_terms = functools.partial(self._unit_terms, counts=counts, whole=sequence_parallel)
         with evaluation_attention(self.objective.lm, enabled=sequence_parallel):
             return measure_auto_weight(
                 self.objective,
@@ -318,13 +309,16 @@ class Trainer:
         """The whole-batch totals a loss with ``needs.step_totals`` scales by (NTIL): one forward
         of the step's micro-batches without gradients, before the step (:func:`measure_step_totals`).
         Collective."""
-
-        def unit_terms(cpu_batch: TokenBatch) -> torch.Tensor:
-            out = self._forward(cpu_batch.to(self.runtime.device), counts)
-            return torch.stack([out["ce"], out["aux"]])
-
+        unit_terms = functools.partial(self._unit_terms, counts=counts)
         sum_ranks = functools.partial(sum_over, group=self.dims.dp_group)
         measure_step_totals(self.objective.loss_fn, batches, unit_terms, sum_ranks, self._rng_devices())
+
+    def _unit_terms(
+        self, cpu_batch: TokenBatch, counts: tuple[torch.Tensor, torch.Tensor], whole: bool = False
+    ) -> torch.Tensor:
+        """The [2] tensor (ce, aux) of one micro-batch with the step's global normalisers."""
+        out = self._forward(cpu_batch.to(self.runtime.device), counts, whole=whole)
+        return torch.stack([out["ce"], out["aux"]])
 
     def _rng_devices(self) -> list[int]:
         return [self.runtime.device.index or 0] if self.runtime.device.type == "cuda" else []
