@@ -75,7 +75,9 @@ def test_a_command_after_the_separator_runs_as_given_with_the_forwarded_variable
     )
     assert argv[-5:] == ["del-train:test", "python", "recipes/evaluate.py", "--sandbox", "basic"]
     assert _options(argv, "-e") == ["NPROC", "DEL_SANDBOX_ACCEPT_BASIC", "MASTER_ADDR"]
-    assert _options(argv, "-v") == ["/r:/runs", "/hf:/cache/huggingface", "/dc:/cache/del_core"]
+    # ./data (the checkout's, which holds the benchmark sets) is DATA_DIR's default, read-only at /data.
+    mounts = ["/r:/runs", "/hf:/cache/huggingface", "/dc:/cache/del_core", f"{REPO / 'data'}:/data:ro"]
+    assert _options(argv, "-v") == mounts
     recipe = _dry_run(["recipes/configs/tiny.yaml", "run.max_steps=2"], RUNTIME="podman")
     assert recipe[-3:] == ["recipes/configs/tiny.yaml", "run.output_dir=/runs/tiny", "run.max_steps=2"]
 
