@@ -6,6 +6,7 @@ from .backend import DeepSpeedBackend
 from .glue import (
     full_state_dict,
     gathered,
+    grad_norm,
     gradient_divisor,
     init_distributed,
     initialize,
@@ -18,12 +19,14 @@ from .glue import (
     sequence_parallel_dims,
     tensor_parallel_dims,
     vocab_slice_of_head,
+    zero_stage,
 )
 
 __all__ = [
     "DeepSpeedBackend",
     "full_state_dict",
     "gathered",
+    "grad_norm",
     "gradient_divisor",
     "init_distributed",
     "initialize",
@@ -36,4 +39,5 @@ __all__ = [
     "sequence_parallel_dims",
     "tensor_parallel_dims",
     "vocab_slice_of_head",
+    "zero_stage",
 ]

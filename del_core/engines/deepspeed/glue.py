@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 
@@ -199,3 +199,19 @@ def full_state_dict(engine: Any, objective: torch.nn.Module, gather: bool, is_ma
     if gather:
         return engine._consolidated_16bit_state_dict()
     return objective.state_dict() if is_main else None
+
+
+def grad_norm(engine: Any) -> Union[torch.Tensor, float, None]:
+    """Deprecated: ``engine.get_global_grad_norm()`` (the :class:`del_core.engines.Engine` surface)."""
+    from del_core.config import warn_deprecated
+
+    warn_deprecated("del_core.engines.deepspeed.grad_norm(engine)", "engine.get_global_grad_norm()")
+    return engine.get_global_grad_norm()
+
+
+def zero_stage(engine: Any) -> int:
+    """Deprecated: ``engine.zero_optimization_stage()``."""
+    from del_core.config import warn_deprecated
+
+    warn_deprecated("del_core.engines.deepspeed.zero_stage(engine)", "engine.zero_optimization_stage()")
+    return engine.zero_optimization_stage()

@@ -234,3 +234,12 @@ def initialize(
     shard(objective, settings, device)
     optimizer = make_optimizer(objective)
     return FSDP2Engine(objective, optimizer, make_scheduler(optimizer), settings)
+
+
+def gradient_divisor(dp: int) -> int:
+    """Deprecated: :attr:`FSDP2Backend.gradient_divisor` (FSDP2's reduce-scatter averages over the
+    ``dp`` data-parallel ranks, so the trainer multiplies each loss by ``dp``)."""
+    from del_core.config import warn_deprecated
+
+    warn_deprecated("del_core.engines.fsdp2.gradient_divisor(dp)", "the backend's gradient_divisor")
+    return dp
