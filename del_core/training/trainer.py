@@ -44,10 +44,10 @@ from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
 from del_core.engines import Backend, BatchShape, Engine, EngineSettings, Runtime, backend_type
 from del_core.engines.runtime import layout_line
-from del_core.losses import AutoWeight, head_weight_copy, measure_auto_weight
+from del_core.losses import AutoWeight, SequenceShard, head_weight_copy, measure_auto_weight
 from del_core.losses.step_totals import measure_step_totals
 from del_core.models.sequence_attention import evaluation_attention
-from del_core.parallel import ParallelDims, local_main_first, sum_over
+from del_core.parallel import ParallelDims, local_main_first, sum_over, sum_over_sequence_group
 from del_core.training.config import TrainConfig
 from del_core.training.heldout import HeldOutHistory, HeldOutResult
 from del_core.training.loss_weight import run_auto_weight
@@ -275,6 +275,7 @@ class Trainer:
         whole batch's), unless ``whole`` (evaluation attention, every rank the whole batch)."""
         if not whole:
             batch = shard_batch(batch, self.dims.sp_rank, self.dims.sp, self.tokens.pad_id)
+        self.objective.loss_fn.set_sequence_shard(None if whole else self._sequence_shard())
         return self.engine(
             input_ids=batch.input_ids,
             targets=batch.targets,
@@ -284,6 +285,14 @@ class Trainer:
             num_digits=counts[1],
             spans=self._spans_input(batch),
         )
+
+    def _sequence_shard(self) -> Optional[SequenceShard]:
+        """This rank's shard of the sequences for the loss (the number-level losses sum each
+        number over the sequence-parallel group); None without sequence parallelism."""
+        if self.dims.sp == 1:
+            return None
+        sum_over_group = functools.partial(sum_over_sequence_group, group=self.dims.sp_group)
+        return SequenceShard(self.dims.sp_rank, self.dims.sp, sum_over_group)
 
     def _resolve_auto_weight(self) -> None:
         """loss.weight=auto: lambda from the first batch at step 0 (saved), from OUTPUT_DIR on resume."""

@@ -17,6 +17,7 @@ from .glue import (
     register_tensor_parallel_head_weight,
     sequence_parallel_dims,
     tensor_parallel_dims,
+    ulysses_group,
     vocab_slice_of_head,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "register_tensor_parallel_head_weight",
     "sequence_parallel_dims",
     "tensor_parallel_dims",
+    "ulysses_group",
     "vocab_slice_of_head",
 ]

@@ -272,9 +272,7 @@ def test_ntil_emd_term_gradcheck():
     runs = shard_runs(batch.spans, batch.rows, False, None)
     emd_only = NTILWeights(abs_alpha=0.0, mag_alpha=0.0)
     digit_logits = logits.reshape(-1, V)[:, list(DIGITS)].clone().requires_grad_(True)
-    assert torch.autograd.gradcheck(
-        lambda z: ntil_sequence_terms(z, runs, emd_only, None, 0.1).sum(), (digit_logits,)
-    )
+    assert torch.autograd.gradcheck(lambda z: ntil_sequence_terms(z, runs, emd_only, None, 0.1).sum(), (digit_logits,))
 
 
 def test_ntil_micro_batch_values_add_up_to_the_whole_batch():
