@@ -332,7 +332,8 @@ class Trainer:
             out = self._forward(cpu_batch.to(self.runtime.device), counts)
             return torch.stack([out["ce"], out["aux"]])
 
-        sum_ranks = functools.partial(sum_over, group=self.dims.dp_group)
+        # The ranks' sums add up over the data-parallel ranks and, under sequence parallelism, their shards.
+        sum_ranks = functools.partial(sum_over, group=self.dims.shard_sum_group)
         measure_step_totals(self.objective.loss_fn, batches, unit_terms, sum_ranks, self._rng_devices())
 
     def _rng_devices(self) -> list[int]:
