@@ -11,6 +11,11 @@ import torch
 from del_core.parallel import ParallelDims
 
 
+def rng_devices(device: torch.device) -> list[int]:
+    """The CUDA devices ``torch.random.fork_rng`` forks besides the CPU: ``device``'s when it is a GPU."""
+    return [device.index or 0] if device.type == "cuda" else []
+
+
 @dataclass(frozen=True)
 class Runtime:
     """Where and in what precision the run computes, decided once from the config and the machine."""

@@ -90,10 +90,12 @@ from del_core.losses import (
     LossPath,
     LossSpec,
     NumericLoss,
+    SequenceShard,
     build_loss_path,
     measure_auto_weight,
 )
 from del_core.losses.step_totals import measure_step_totals
+from del_core.parallel import sequence_shard
 from del_core.spans import NumberSpans
 from del_core.vocab import DigitVocab
 
@@ -152,8 +154,7 @@ class DELTrainerMixin:
         self.del_loss, self.del_loss_spec = chosen.loss, chosen.spec
         auto = self.del_loss_spec is not None and self.del_loss_spec.is_auto
         self._del_sp = self.get_sp_size()
-        whole = self.del_loss.name if self.del_loss.needs.whole_sequences else None
-        raise_problems(sequence_parallel_problems(self._del_sp, auto, self.is_deepspeed_enabled, whole))
+        raise_problems(sequence_parallel_problems(self._del_sp, auto, self.is_deepspeed_enabled))
         self._del_loss_scale = self._backward_scale()
         if self._del_sp > 1:
             self.data_collator = self._whole_sequence_spans(self.data_collator)
@@ -164,6 +165,7 @@ class DELTrainerMixin:
         self._del_metrics = LoggedMetrics()
         self._del_loss_device: Optional[torch.device] = None
         self._del_no_cache = getattr(getattr(self.model, "config", None), "use_cache", None) is not None
+        self._del_shard: Optional[SequenceShard] = None  # this rank's SequenceShard, once DeepSpeed made the group
 
     # --- the two steps the Trainer calls ------------------------------------------------------
     def get_batch_samples(
@@ -262,6 +264,7 @@ class DELTrainerMixin:
         )
         path = self.del_loss_path
         output = path.model_output(run)
+        self.del_loss.set_sequence_shard(self._sequence_shard() if model.training else None)
         calls = LossCalls.of(self._loss_on(output.device))
         if self._del_host is None:
             score = functools.partial(path.score, calls, output, targets, head_weight=run.head_weight, spans=spans)
@@ -360,6 +363,17 @@ class DELTrainerMixin:
         if self._del_no_cache:
             forward.setdefault("use_cache", False)
         return forward
+
+    def _sequence_shard(self) -> Optional[SequenceShard]:
+        """Under sequence parallelism the training batches are shards (DeepSpeed's
+        ``UlyssesSPDataLoaderAdapter``): this rank's :class:`SequenceShard`, over DeepSpeed's
+        Ulysses group (made when the model was prepared); None without sequence parallelism."""
+        if self._del_sp == 1:
+            return None
+        if self._del_shard is None:
+            group, rank, parts = ds.ulysses_group()
+            self._del_shard = sequence_shard(rank, parts, group)
+        return self._del_shard
 
     def _loss_on(self, device: torch.device) -> NumericLoss:
         if self._del_loss_device != device:

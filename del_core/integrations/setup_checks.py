@@ -66,21 +66,13 @@ def parallelism_problems(n_gpu: int, tp_size: int, cp_size: int, sp_size: int) -
     return problems
 
 
-def sequence_parallel_problems(
-    sp_size: int, weight_is_auto: bool, deepspeed: bool, whole_sequence_loss: Optional[str] = None
-) -> list[str]:
+def sequence_parallel_problems(sp_size: int, weight_is_auto: bool, deepspeed: bool) -> list[str]:
     """What the adapter cannot do under sequence parallelism: without DeepSpeed (whose Ulysses
-    runs it), ``loss_weight="auto"``, which measures lambda in eval mode, where the Trainer runs
-    without sequence parallelism on the shards it holds, and a loss that scores numbers as wholes
-    (``whole_sequence_loss``, its name; ``LossNeeds.whole_sequences``)."""
+    runs it), and ``loss_weight="auto"``, which measures lambda in eval mode, where the Trainer runs
+    without sequence parallelism on the shards it holds."""
     if sp_size == 1:
         return []
     problems = []
-    if whole_sequence_loss is not None:
-        problems.append(
-            f"loss {whole_sequence_loss!r} with sequence parallelism (sp_size={sp_size}): it scores each number as "
-            "a whole, and sequence parallelism cuts numbers over processes"
-        )
     if not deepspeed:
         problems.append(f"sequence parallelism (sp_size={sp_size}) without DeepSpeed: pass a DeepSpeed config")
     if weight_is_auto:

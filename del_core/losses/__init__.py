@@ -41,6 +41,7 @@ from .loss_path import (
 )
 from .model_needs import build_loss_for_model, head_weight_copy, loss_needs
 from .ntil import NTIL_DEFAULT_WEIGHT
+from .number_runs import SequenceShard
 from .spec import AUTO, KeySpelling, LossSpec, LossSpecError
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "LOSS_PATHS",
     "LogitsPath",
     "LossCalls",
+    "SequenceShard",
     "LossNeeds",
     "LossOutput",
     "LossPath",

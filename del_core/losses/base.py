@@ -24,6 +24,7 @@ import torch
 from ..spans import NumberSpans, invalid_labels, number_spans
 from ..vocab import DigitVocab
 from .digit_terms import GroupTerm, by_width, number_entropy, number_hits
+from .number_runs import SequenceShard
 from .statistics import IGNORE_INDEX, LogitStats, VocabSlice, compute_dtype, hidden_statistics, logit_statistics
 
 Normaliser = Optional[Union[int, float, torch.Tensor]]
@@ -60,16 +61,12 @@ class LossNeeds:
                     taken before training (EMO's ``cost_embedding``), or None when the loss needs none.
                     Under tensor parallelism each rank keeps its vocabulary rows
                     (:meth:`NumericLoss.for_vocab_slice`).
-    whole_sequences: the loss scores numbers or sequences as wholes (its term is not a sum over
-                    tokens): every sequence must reach one call whole, so sequence parallelism,
-                    which cuts sequences over processes, is refused.
     step_totals:    the loss scales its term by totals of the whole global batch: a trainer runs
                     :func:`del_core.losses.step_totals.measure_step_totals` before each step.
     """
 
     vocab: bool = False
     head_weight_as: Optional[str] = None
-    whole_sequences: bool = False
     step_totals: bool = False
 
 
@@ -129,6 +126,15 @@ class NumericLoss(torch.nn.Module):
         self.vocab = vocab
         self.weight = float(weight)
         self.validate = validate_mode(validate)
+        self.sequence_shard: Optional[SequenceShard] = None
+
+    def set_sequence_shard(self, shard: Optional[SequenceShard]) -> None:
+        """Under sequence parallelism the calls that follow score one shard of their sequences
+        (:class:`SequenceShard`; None: whole sequences, the default). A loss whose term is a sum
+        over tokens ignores it; the number-level losses (``number_level``, ``ntil``) sum each
+        number's partial sums over the group with it, so that the ranks' losses add up to the
+        whole sequences' loss and gradient. Every rank of the group then calls the loss alike."""
+        self.sequence_shard = shard
 
     def set_weight(self, weight: float) -> None:
         """Set lambda after the loss was built: ``weight="auto"`` builds the loss with a placeholder

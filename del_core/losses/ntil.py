@@ -27,7 +27,7 @@ import torch
 from ..vocab import DigitVocab
 from .base import Batch, LossNeeds, NumericLoss
 from .digit_terms import ntl_was_term
-from .number_runs import NumberRuns, batch_runs, per_row_count, per_run_sum
+from .number_runs import ShardRuns, number_sum, shard_runs
 
 NTIL_DEFAULT_WEIGHT = 0.3  # the released ntil_lambda
 RATIO_EPS = 1e-10  # the released code's guard in CE / term
@@ -41,18 +41,25 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return (x >> 16) ^ x
 
 
-def hashed_uniform(like: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+def hashed_uniform(like: torch.Tensor, key: torch.Tensor, positions: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Uniform numbers in (0, 1) shaped and typed like ``like``, a hash of each element's index and
-    the int64 0-dim ``key``: no generator object (so it compiles), the same numbers on every device."""
+    the int64 0-dim ``key``: no generator object (so it compiles), the same numbers on every device.
+    ``positions`` [N] (``like`` [N, C]): the rows' indices in the whole batch (a sequence-parallel
+    shard draws the numbers of its positions in the whole batch); None: ``0..N-1``."""
     index = torch.arange(like.numel(), device=like.device, dtype=torch.int64).view(like.shape)
+    if positions is not None:
+        columns = like.shape[-1]
+        index = positions.unsqueeze(-1) * columns + torch.arange(columns, device=like.device)
     # 23 of the 32 bits: (k + 0.5) / 2^23 stays below 1 in float32 (log(1) would give infinite noise)
     bits = _mix32((index * 0x9E3779B1 + key) & _MASK32) >> 9
     return (bits.to(like.dtype) + 0.5) / 2.0**23
 
 
-def gumbel_noise(like: torch.Tensor, key: torch.Tensor, scale: float) -> torch.Tensor:
+def gumbel_noise(
+    like: torch.Tensor, key: torch.Tensor, scale: float, positions: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """``scale`` x standard Gumbel noise, ``-log(-log(u))`` of :func:`hashed_uniform`."""
-    return -scale * torch.log(-torch.log(hashed_uniform(like, key)))
+    return -scale * torch.log(-torch.log(hashed_uniform(like, key, positions)))
 
 
 @dataclass(frozen=True)
@@ -86,24 +93,25 @@ def whole_number_errors(predicted: torch.Tensor, target: torch.Tensor) -> tuple[
 
 def ntil_sequence_terms(
     digit_logits: torch.Tensor,
-    runs: NumberRuns,
-    rows: int,
+    layout: ShardRuns,
     weights: NTILWeights,
     noise: Optional[torch.Tensor],
     tau: float,
 ) -> torch.Tensor:
     """[N] per-position shares of the per-sequence terms: summed over the positions they give
-    ``sum_s T_s``. ``digit_logits`` [N, 10] (finite at digit positions), ``runs`` of ``rows``
-    sequences, ``noise`` [N, 10] the scaled Gumbel noise or None."""
-    dtype = digit_logits.dtype
-    digits = per_row_count(runs.is_digit, runs, rows).clamp_min(1).to(dtype)[runs.row]
-    n_runs = per_row_count(runs.is_run_start, runs, rows).clamp_min(1).to(dtype)[runs.row]
+    ``sum_s T_s``. ``digit_logits`` [N, 10] (finite at digit positions), ``layout`` the labels'
+    runs (:func:`shard_runs`: under sequence parallelism the counts are those of the whole
+    sequences and a number's whole-number terms sit on the rank holding its first digit),
+    ``noise`` [N, 10] the scaled Gumbel noise or None."""
+    dtype, runs = digit_logits.dtype, layout.runs
+    digits = layout.digits_per_row.clamp_min(1).to(dtype)[runs.row]
+    n_runs = layout.runs_per_row.clamp_min(1).to(dtype)[runs.row]
     place = runs.digits_after.to(dtype)
     emd = ntl_was_term(digit_logits, runs.digit)
     share = weights.digit_alpha * torch.pow(weights.digit_exp, place) * emd / digits
     power = torch.pow(10.0, place)
-    predicted = per_run_sum(straight_through_digits(digit_logits, noise, tau) * power, runs)
-    target = per_run_sum(runs.digit.to(dtype) * power, runs)
+    predicted = number_sum(straight_through_digits(digit_logits, noise, tau) * power, layout)
+    target = number_sum(runs.digit.to(dtype) * power, layout)
     relative, magnitude = whole_number_errors(predicted, target)
     whole = (weights.abs_alpha * relative + weights.mag_alpha * magnitude) / n_runs
     share = share + torch.where(runs.is_run_start, whole, torch.zeros_like(whole))
@@ -120,7 +128,7 @@ class NTILLoss(NumericLoss):
     ``tau`` (0.1) is the Gumbel-softmax temperature."""
 
     name = "ntil"
-    needs = LossNeeds(vocab=True, whole_sequences=True, step_totals=True)
+    needs = LossNeeds(vocab=True, step_totals=True)
 
     def __init__(
         self,
@@ -177,18 +185,19 @@ class NTILLoss(NumericLoss):
             self.noise_calls.copy_(self._calls_before)
         self._measuring, self._totals = False, totals
 
-    def _noise(self, like: torch.Tensor) -> Optional[torch.Tensor]:
-        """[N, 10] scaled Gumbel noise for this call, or None at ``noise_scale`` 0."""
+    def _noise(self, like: torch.Tensor, positions: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """[N, 10] scaled Gumbel noise for this call (at ``positions`` of the whole batch under
+        sequence parallelism), or None at ``noise_scale`` 0."""
         if self.noise_scale == 0:
             return None
         key = (self.noise_base + self.noise_calls * 0x632BE5AB) & _MASK32
         self.noise_calls.add_(1)
-        return gumbel_noise(like, key.to(like.device), self.noise_scale)
+        return gumbel_noise(like, key.to(like.device), self.noise_scale, positions)
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        runs = batch_runs(batch.spans, batch.rows, join_points=False)
+        layout = shard_runs(batch.spans, batch.rows, False, self.sequence_shard)
         logits = batch.digit_logits
-        return ntil_sequence_terms(logits, runs, batch.rows, self.weights, self._noise(logits), self.tau)
+        return ntil_sequence_terms(logits, layout, self.weights, self._noise(logits, layout.positions), self.tau)
 
     def weighted_aux(self, batch: Batch, term_sum: torch.Tensor, digit_norm, ce: torch.Tensor) -> torch.Tensor:
         """``lambda (CE / (term + 1e-10)).detach() term`` (term: the mean of T_s over the

@@ -19,7 +19,7 @@ import torch
 
 from ..vocab import DigitVocab
 from .base import Batch, LossNeeds, NumericLoss
-from .number_runs import NumberRuns, batch_runs, per_run_sum
+from .number_runs import ShardRuns, number_sum, shard_runs
 
 # ntloss's eps of the relative error: its number values are float32 whatever the logits' dtype.
 RELATIVE_ERROR_EPS = float(torch.finfo(torch.float32).eps)
@@ -28,19 +28,20 @@ OUTSIDE_DIGITS_COST = 1.01
 
 
 def number_level_term(
-    digit_logits: torch.Tensor, runs: NumberRuns, digit_mass: torch.Tensor, reweigh: bool
+    digit_logits: torch.Tensor, layout: ShardRuns, digit_mass: torch.Tensor, reweigh: bool
 ) -> torch.Tensor:
     """[N] the per-number term at each run's first digit, 0 elsewhere.
 
-    ``digit_logits`` [N, 10] the digit logits (finite at digit positions), ``runs`` the labels'
-    :class:`NumberRuns`, ``digit_mass`` [N] the full softmax's mass on the ten digits (used with
+    ``digit_logits`` [N, 10] the digit logits (finite at digit positions), ``layout`` the labels'
+    runs (:func:`shard_runs`; under sequence parallelism the term sits on the rank holding the
+    first digit, its sums taken over the group), ``digit_mass`` [N] the full softmax's mass on the ten digits (used with
     ``reweigh`` at the first digits only)."""
-    dtype = digit_logits.dtype
+    dtype, runs = digit_logits.dtype, layout.runs
     values = torch.arange(10, device=digit_logits.device, dtype=dtype)
     expected = (torch.softmax(digit_logits, dim=-1) * values).sum(-1)
     place = torch.pow(10.0, runs.digits_after.to(dtype))
-    predicted = per_run_sum(expected * place, runs)
-    target = per_run_sum(runs.digit.to(dtype) * place, runs)
+    predicted = number_sum(expected * place, layout)
+    target = number_sum(runs.digit.to(dtype) * place, layout)
     error = (predicted - target).abs() / (predicted.abs() + target.abs() + RELATIVE_ERROR_EPS)
     if reweigh:
         error = error * digit_mass + OUTSIDE_DIGITS_COST * (1.0 - digit_mass)
@@ -57,7 +58,7 @@ class NumberLevelLoss(NumericLoss):
     inflates this loss)."""
 
     name = "number_level"
-    needs = LossNeeds(vocab=True, whole_sequences=True)
+    needs = LossNeeds(vocab=True)
 
     def __init__(
         self,
@@ -83,11 +84,11 @@ class NumberLevelLoss(NumericLoss):
         return not self.reweigh
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        runs = batch_runs(batch.spans, batch.rows, self.float_level)
+        layout = shard_runs(batch.spans, batch.rows, self.float_level, self.sequence_shard)
         logits = batch.digit_logits
         mass = torch.zeros_like(batch.stats.ce)
         if self.reweigh:
             # m = sum_d exp(z_d - lse) with lse = ce + z_y: no second pass over the vocabulary.
             target_logit = logits.gather(-1, batch.target_digit.unsqueeze(-1)).squeeze(-1)
             mass = torch.exp(torch.logsumexp(logits, dim=-1) - target_logit - batch.stats.ce)
-        return number_level_term(logits, runs, mass, self.reweigh)
+        return number_level_term(logits, layout, mass, self.reweigh)

@@ -5,13 +5,18 @@ tokens; any other label (the point, a comma, an ignored position) ends it, so "1
 "12" and "34". With ``join_points`` a single point between two digits joins them ("12.34" is the
 one run "1234", the point inside it contributing nothing; ntloss's ``float_level``).
 
-Computed with tensor operations on the whole sequences (no host sync), before any
-sequence-parallel cut: a run's place exponents depend on the digits after it.
+Computed with tensor operations on the whole sequences (no host sync): a run's place exponents
+depend on the digits after it, possibly on another rank under sequence parallelism. There
+:func:`shard_runs` gathers the digits of the whole sequences (one integer per position) and
+:func:`number_sum` sums each number's per-position values over the group, so that a number cut
+between two ranks scores exactly as on the whole sequence.
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -87,3 +92,97 @@ def per_run_sum(values: torch.Tensor, runs: NumberRuns) -> torch.Tensor:
 def per_row_count(mask: torch.Tensor, runs: NumberRuns, rows: int) -> torch.Tensor:
     """[rows] int64: how many positions of ``mask`` [N] each sequence holds."""
     return torch.zeros(rows, dtype=torch.long, device=mask.device).scatter_add(0, runs.row, mask.long())
+
+
+@dataclass(frozen=True)
+class SequenceShard:
+    """This process's part of its sequences under sequence parallelism (Ulysses): it holds
+    positions ``[rank * T, (rank + 1) * T)`` of every sequence of ``parts * T`` positions (the
+    same rows on every rank of the group).
+
+    ``sum_over_group``: a tensor summed over the ranks of the group, the same on each; for a
+    floating-point tensor that needs gradients the backward sums the gradient over the group too
+    (:func:`del_core.parallel.sum_over_sequence_group`). Every rank calls it the same number of
+    times with tensors of the same shape (a collective)."""
+
+    rank: int
+    parts: int
+    sum_over_group: Callable[[torch.Tensor], torch.Tensor]
+
+    def __post_init__(self):
+        if not 0 <= self.rank < self.parts:
+            raise ValueError(f"sequence shard {self.rank} outside {self.parts} shards")
+
+
+class ShardRuns(NamedTuple):
+    """The runs of the positions one loss call scores, each number identified across the cut.
+
+    runs:      :class:`NumberRuns` [N] of the call's positions, computed on the WHOLE sequences;
+               ``run_start`` indexes ``slots`` (the first digit's flat index in the whole
+               ``[rows, parts * T]`` batch: the same id on every rank of the group) and
+               ``is_run_start`` marks the one rank that holds a number's first digit (its owner).
+    slots:     the length of a per-number vector (the whole batch's positions).
+    positions: [N] int64, each position's flat index in the whole batch, or None (no cut).
+    digits_per_row, runs_per_row: [rows] int64 counts of the whole sequences.
+    sum_over_group: a per-number vector summed over the group (identity without a cut).
+    """
+
+    runs: NumberRuns
+    slots: int
+    positions: Optional[torch.Tensor]
+    digits_per_row: torch.Tensor
+    runs_per_row: torch.Tensor
+    sum_over_group: Optional[Callable[[torch.Tensor], torch.Tensor]]
+
+
+# The code of a position in the gathered structure: 0 outside numbers, 1 + digit, or the point.
+_POINT_CODE = 11
+
+
+def shard_runs(spans: NumberSpans, rows: int, join_points: bool, shard: Optional[SequenceShard]) -> ShardRuns:
+    """The runs of a loss batch's flattened spans ([N] each, ``rows`` sequences).
+
+    Without ``shard`` (or with one part) the runs of the call's own sequences. With a shard, each
+    rank puts its positions' digit / point codes (one int64 per position) into its slot of the whole
+    batch, the group sums them (every rank then holds the whole sequences' digits, never logits),
+    and the runs are those of the whole sequences, read at this rank's positions."""
+    if shard is None or shard.parts == 1:
+        runs = batch_runs(spans, rows, join_points)
+        digits, starts = per_row_count(runs.is_digit, runs, rows), per_row_count(runs.is_run_start, runs, rows)
+        return ShardRuns(runs, runs.is_digit.numel(), None, digits, starts, None)
+    rows = max(rows, 1)
+    local = spans.is_digit.numel() // rows
+    code = torch.where(spans.is_digit, spans.digit_value + 1, torch.where(spans.is_point, _POINT_CODE, 0))
+    slots = torch.zeros(rows, shard.parts, local, dtype=torch.long, device=code.device)
+    slots[:, shard.rank] = code.view(rows, local)
+    whole = shard.sum_over_group(slots).view(rows, shard.parts * local)
+    is_digit = (whole >= 1) & (whole <= 10)
+    runs = number_runs(is_digit, whole - 1, whole == _POINT_CODE, join_points)
+    offsets = torch.arange(rows, device=code.device).unsqueeze(-1) * (shard.parts * local) + shard.rank * local
+    positions = (offsets + torch.arange(local, device=code.device)).reshape(-1)
+    return ShardRuns(
+        NumberRuns(*(field[positions] for field in runs)),
+        runs.is_digit.numel(),
+        positions,
+        per_row_count(runs.is_digit, runs, rows),
+        per_row_count(runs.is_run_start, runs, rows),
+        shard.sum_over_group,
+    )
+
+
+def number_sum(values: torch.Tensor, layout: ShardRuns) -> torch.Tensor:
+    """[N] the sum of ``values`` [N] over each number, held at the number's first digit on the rank
+    that owns it (0 elsewhere): :func:`per_run_sum`, across the cut when ``layout`` has one.
+
+    Across the cut each rank scatters its positions' values into the per-number vector and the
+    group sums it. Its backward sums the gradient over the group, which is the exact gradient of
+    the summed loss: every rank r reads the same sum ``s = sum_q p_q`` of the ranks' partial sums
+    ``p_q``, so ``d(sum_r L_r) / d p_q = sum_r dL_r / ds`` for every q; the owner alone scores a
+    number, so each number counts once in ``sum_r L_r``."""
+    if layout.sum_over_group is None:
+        return per_run_sum(values, layout.runs)
+    runs = layout.runs
+    partial = torch.zeros(layout.slots, dtype=values.dtype, device=values.device)
+    partial = partial.scatter_add(0, runs.run_start, torch.where(runs.is_digit, values, 0.0))
+    summed = layout.sum_over_group(partial)[runs.run_start]
+    return torch.where(runs.is_run_start, summed, torch.zeros_like(summed))

@@ -8,7 +8,15 @@ out = loss_fn.from_hidden(head.gather_input(hidden), head.weight, labels,  # chu
                           vocab_slice=head.vocab_slice)
 """
 
-from .comm import CollectiveCounter, DistributedReducer, copy_to_tensor_parallel_region, count_collectives, vocab_range
+from .comm import (
+    CollectiveCounter,
+    DistributedReducer,
+    copy_to_tensor_parallel_region,
+    count_collectives,
+    sequence_shard,
+    sum_over_sequence_group,
+    vocab_range,
+)
 from .dims import (
     ParallelDims,
     ParallelLayoutError,
@@ -48,6 +56,8 @@ __all__ = [
     "local_main_first",
     "max_over",
     "sum_named",
+    "sequence_shard",
+    "sum_over_sequence_group",
     "sum_over",
     "vocab_range",
     "vocab_slice_for",

@@ -1,14 +1,18 @@
-"""Collectives of the vocab-parallel path: in-place all-reduces for the loss statistics, the
-"copy to tensor-parallel region" of the LM head's input, and a byte counter for tests."""
+"""Collectives of the loss: in-place all-reduces for the vocab-parallel loss statistics, the
+"copy to tensor-parallel region" of the LM head's input, the differentiable sum of a
+sequence-parallel group's per-number sums, and a byte counter for tests."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from typing import Optional
 
 import torch
 import torch.distributed as dist
+
+from ..losses.number_runs import SequenceShard
 
 
 def vocab_range(vocab_size: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -88,3 +92,39 @@ def copy_to_tensor_parallel_region(tensor: torch.Tensor, group: Optional[dist.Pr
     if dist.get_world_size(group) == 1:
         return tensor
     return _CopyToRegion.apply(tensor, group)
+
+
+class _SumOverGroup(torch.autograd.Function):
+    """All-reduce SUM forward; backward all-reduce SUM of the gradient (every rank reads the sum)."""
+
+    @staticmethod
+    def forward(ctx, tensor, group):
+        ctx.group = group
+        return _all_reduce(tensor.clone(), dist.ReduceOp.SUM, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _all_reduce(grad.contiguous().clone(), dist.ReduceOp.SUM, ctx.group), None
+
+
+def sum_over_sequence_group(tensor: torch.Tensor, group: Optional[dist.ProcessGroup] = None) -> torch.Tensor:
+    """``tensor`` summed over ``group`` (a new tensor; the input is left as it is), the
+    :attr:`del_core.losses.SequenceShard.sum_over_group` of a sequence-parallel group.
+
+    Differentiable: every rank r's loss ``L_r`` reads the same sum ``s = sum_q x_q`` of the
+    ranks' tensors, so ``d(sum_r L_r) / d x_q = sum_r dL_r / ds``: the backward sums the incoming
+    gradient over the group. A tensor without gradient (integers) is all-reduced directly."""
+    if dist.get_world_size(group) == 1:
+        return tensor.clone()
+    if not tensor.requires_grad:
+        return _all_reduce(tensor.clone(), dist.ReduceOp.SUM, group)
+    return _SumOverGroup.apply(tensor, group)
+
+
+def sequence_shard(rank: int, parts: int, group: Optional[dist.ProcessGroup]) -> Optional[SequenceShard]:
+    """The loss's view of this process's shard ``rank`` of ``parts`` under sequence parallelism
+    (the number-level losses sum each number over ``group`` with :func:`sum_over_sequence_group`);
+    None without sequence parallelism (``parts`` 1)."""
+    if parts == 1:
+        return None
+    return SequenceShard(rank, parts, functools.partial(sum_over_sequence_group, group=group))

@@ -24,7 +24,7 @@ from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
 from del_core.engines.registry import ENGINE_NAMES, backend_type
 from del_core.engines.settings import OptimizerConfig, ParallelConfig
-from del_core.losses import LOSS_PATHS, KeySpelling, LossSpec, LossSpecError, loss_needs
+from del_core.losses import LOSS_PATHS, KeySpelling, LossSpec, LossSpecError
 from del_core.models.sources import ModelSourceError, check_model_source
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
@@ -213,11 +213,6 @@ class TrainConfig:
             # attention needs that [T, T] mask.
             raise ConfigError(
                 f"parallel.sp={sp} needs model.attn_implementation sdpa, flash_attention_2 or auto, not eager"
-            )
-        if loss_needs(self.loss.name).whole_sequences:
-            raise ConfigError(
-                f"parallel.sp={sp} with loss.name={self.loss.name}: the loss scores each number as a whole, and "
-                "sequence parallelism cuts numbers over processes; use parallel.sp=1 (or another loss)"
             )
         if self.data.max_length < sp:
             raise ConfigError(

@@ -43,11 +43,11 @@ from del_core.data.sequence_shards import shard_batch
 from del_core.data.splits import TrainingData
 from del_core.data.tokenized import TokenBatch, check_target_ids, collate
 from del_core.engines import Backend, BatchShape, Engine, EngineSettings, Runtime, backend_type
-from del_core.engines.runtime import layout_line
+from del_core.engines.runtime import layout_line, rng_devices
 from del_core.losses import AutoWeight, head_weight_copy, measure_auto_weight
 from del_core.losses.step_totals import measure_step_totals
 from del_core.models.sequence_attention import evaluation_attention
-from del_core.parallel import ParallelDims, local_main_first, sum_over
+from del_core.parallel import ParallelDims, local_main_first, sequence_shard, sum_over
 from del_core.training.config import TrainConfig
 from del_core.training.heldout import HeldOutHistory, HeldOutResult
 from del_core.training.loss_weight import run_auto_weight
@@ -270,6 +270,9 @@ class Trainer:
         whole batch's), unless ``whole`` (evaluation attention, every rank the whole batch)."""
         if not whole:
             batch = shard_batch(batch, self.dims.sp_rank, self.dims.sp, self.tokens.pad_id)
+        self.objective.loss_fn.set_sequence_shard(
+            None if whole else sequence_shard(self.dims.sp_rank, self.dims.sp, self.dims.sp_group)
+        )
         return self.engine(
             input_ids=batch.input_ids,
             targets=batch.targets,
@@ -301,7 +304,7 @@ class Trainer:
                 unit_terms,
                 functools.partial(sum_over, group=self.dims.dp_group),
                 self.config.loss.auto_ratio,
-                self._rng_devices(),
+                rng_devices(self.runtime.device),
                 dtype=torch.float32,
             )
 
@@ -310,8 +313,9 @@ class Trainer:
         of the step's micro-batches without gradients, before the step (:func:`measure_step_totals`).
         Collective."""
         unit_terms = functools.partial(self._unit_terms, counts=counts)
-        sum_ranks = functools.partial(sum_over, group=self.dims.dp_group)
-        measure_step_totals(self.objective.loss_fn, batches, unit_terms, sum_ranks, self._rng_devices())
+        # The ranks' sums add up over the data-parallel ranks and, under sequence parallelism, their shards.
+        sum_ranks = functools.partial(sum_over, group=self.dims.shard_sum_group)
+        measure_step_totals(self.objective.loss_fn, batches, unit_terms, sum_ranks, rng_devices(self.runtime.device))
 
     def _unit_terms(
         self, cpu_batch: TokenBatch, counts: tuple[torch.Tensor, torch.Tensor], whole: bool = False
@@ -319,9 +323,6 @@ class Trainer:
         """The [2] tensor (ce, aux) of one micro-batch with the step's global normalisers."""
         out = self._forward(cpu_batch.to(self.runtime.device), counts, whole=whole)
         return torch.stack([out["ce"], out["aux"]])
-
-    def _rng_devices(self) -> list[int]:
-        return [self.runtime.device.index or 0] if self.runtime.device.type == "cuda" else []
 
     def train_step(self) -> TrainRecord:
         """One optimizer step over the global batch; its record is logged and returned.

@@ -18,6 +18,7 @@ from .glue import (
     register_tensor_parallel_head_weight,
     sequence_parallel_dims,
     tensor_parallel_dims,
+    ulysses_group,
     vocab_slice_of_head,
     zero_stage,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "register_tensor_parallel_head_weight",
     "sequence_parallel_dims",
     "tensor_parallel_dims",
+    "ulysses_group",
     "vocab_slice_of_head",
     "zero_stage",
 ]

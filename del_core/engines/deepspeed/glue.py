@@ -168,6 +168,15 @@ def sequence_parallel_dims(dims: ParallelDims, mpu: Any) -> ParallelDims:
     return dims.with_sequence_group(mpu.get_sequence_parallel_group())
 
 
+def ulysses_group() -> tuple[Any, int, int]:
+    """(group, this rank's shard, shards) of the Ulysses sequence-parallel group DeepSpeed made
+    (the one whose ``UlyssesSPDataLoaderAdapter`` cuts the batches)."""
+    from deepspeed.utils import groups
+
+    group = groups._get_sequence_parallel_group()
+    return group, groups._get_sequence_parallel_rank(), groups._get_sequence_parallel_world_size()
+
+
 def tensor_parallel_dims(dims: ParallelDims) -> ParallelDims:
     """``dims`` with the data- and tensor-parallel groups DeepSpeed made for AutoTP."""
     from deepspeed.utils import groups

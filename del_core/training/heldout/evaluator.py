@@ -20,6 +20,7 @@ import torch
 
 from del_core.data.prompting import ALPACA_FORMAT, PromptFormat
 from del_core.data.tokenized import Example, TokenBatch
+from del_core.engines.runtime import rng_devices
 from del_core.evaluation.generation import generate_greedy
 from del_core.evaluation.heldout.greedy_answers import answer_accuracy
 from del_core.evaluation.heldout.teacher_forced import score_examples, summarise
@@ -85,9 +86,6 @@ class HeldOutEvaluator:
             synced_gpus=self.synced_generation,
         )
 
-    def _rng_devices(self) -> list[int]:
-        return [self.device.index or 0] if self.device.type == "cuda" else []
-
     def evaluate(
         self, objective: CausalLMObjective, step: int, label: str, generate: bool = True
     ) -> Optional[HeldOutResult]:
@@ -103,7 +101,7 @@ class HeldOutEvaluator:
         was_training = objective.training
         objective.eval()
         try:
-            with torch.random.fork_rng(devices=self._rng_devices()):
+            with torch.random.fork_rng(devices=rng_devices(self.device)):
                 metrics = summarise(self._teacher_forced(objective))
                 answers = self._answers(objective) if generate and self.generate and self.dims.tp == 1 else []
         finally:

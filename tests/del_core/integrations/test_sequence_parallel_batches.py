@@ -79,5 +79,3 @@ def test_sequence_parallelism_is_accepted_tensor_and_context_parallelism_are_not
     assert sequence_parallel_problems(2, False, True) == sequence_parallel_problems(1, True, False) == []
     assert "loss_weight='auto' with sequence parallelism (sp_size=2)" in sequence_parallel_problems(2, True, True)[0]
     assert "(sp_size=4) without DeepSpeed" in sequence_parallel_problems(4, False, False)[0]
-    assert "loss 'ntil' with sequence parallelism (sp_size=2)" in sequence_parallel_problems(2, False, True, "ntil")[0]
-    assert sequence_parallel_problems(1, False, True, "ntil") == []

@@ -9,7 +9,7 @@ import torch
 
 from del_core import DigitVocab, build_loss
 from del_core.losses.ntil import NTILWeights, ntil_sequence_terms, straight_through_digits, whole_number_errors
-from del_core.losses.number_runs import batch_runs, number_runs
+from del_core.losses.number_runs import number_runs, shard_runs
 from del_core.losses.smmd import smmd_kernel, smmd_term, squashed_distances
 from del_core.losses.statistics import VocabSlice
 from del_core.parallel.comm import vocab_range
@@ -241,9 +241,9 @@ def test_ntil_term_and_the_ce_rescaling_hand_computed():
     # The released total: CE + 0.3 (CE / (term + 1e-10)).detach() term: the value is CE (1 + 0.3 term / (term + eps)).
     assert out.aux.item() == pytest.approx(0.3 * out.ce.item() * term / (term + 1e-10), rel=1e-12)
     batch = loss._prepare(labels, V, torch.float64)
-    runs = batch_runs(batch.spans, batch.rows, False)
-    digit_logits = torch.where(runs.is_digit.unsqueeze(-1), logits.reshape(-1, V)[:, list(DIGITS)], 0.0)
-    shares = ntil_sequence_terms(digit_logits, runs, labels.shape[0], NTILWeights(), None, 0.1)
+    runs = shard_runs(batch.spans, batch.rows, False, None)
+    digit_logits = torch.where(runs.runs.is_digit.unsqueeze(-1), logits.reshape(-1, V)[:, list(DIGITS)], 0.0)
+    shares = ntil_sequence_terms(digit_logits, runs, NTILWeights(), None, 0.1)
     assert shares.sum().item() / labels.shape[0] == pytest.approx(term, rel=1e-12)
 
 
@@ -257,9 +257,9 @@ def test_ntil_gradient_is_ce_plus_the_rescaled_term_gradient():
     scale = 0.3 * plain.item() / (_ntil_reference(logits, labels) + 1e-10)
     loss = build("ntil", noise_scale=0.0)
     batch = loss._prepare(labels, V, torch.float64)
-    runs = batch_runs(batch.spans, batch.rows, False)
-    digit_logits = torch.where(runs.is_digit.unsqueeze(-1), ref.reshape(-1, V)[:, list(DIGITS)], 0.0)
-    term = ntil_sequence_terms(digit_logits, runs, labels.shape[0], NTILWeights(), None, 0.1).sum() / labels.shape[0]
+    runs = shard_runs(batch.spans, batch.rows, False, None)
+    digit_logits = torch.where(runs.runs.is_digit.unsqueeze(-1), ref.reshape(-1, V)[:, list(DIGITS)], 0.0)
+    term = ntil_sequence_terms(digit_logits, runs, NTILWeights(), None, 0.1).sum() / labels.shape[0]
     (plain + scale * term).backward()
     torch.testing.assert_close(z.grad, ref.grad, rtol=1e-10, atol=1e-13)
 
@@ -269,12 +269,10 @@ def test_ntil_emd_term_gradcheck():
     logits, labels = make_batch(seed=11, texts=RUN_TEXTS, scale=1.0)
     loss = build("ntil")
     batch = loss._prepare(labels, V, torch.float64)
-    runs = batch_runs(batch.spans, batch.rows, False)
+    runs = shard_runs(batch.spans, batch.rows, False, None)
     emd_only = NTILWeights(abs_alpha=0.0, mag_alpha=0.0)
     digit_logits = logits.reshape(-1, V)[:, list(DIGITS)].clone().requires_grad_(True)
-    assert torch.autograd.gradcheck(
-        lambda z: ntil_sequence_terms(z, runs, labels.shape[0], emd_only, None, 0.1).sum(), (digit_logits,)
-    )
+    assert torch.autograd.gradcheck(lambda z: ntil_sequence_terms(z, runs, emd_only, None, 0.1).sum(), (digit_logits,))
 
 
 def test_ntil_micro_batch_values_add_up_to_the_whole_batch():

@@ -5,7 +5,8 @@ on rows of long numbers, so that numbers run across the shard cuts (checked on t
 
 Every run is compared with a single-process run (sp=1, accumulation 4) on the same global batch:
 step losses to 1e-5 and the exported weights to fp32 round-off; DEL with sp 2 x dp 2 (ZeRO-3) and
-sp 4 (ZeRO-2), MLE with packing, held-out evaluation and greedy generation under sp 2 (ZeRO-2).
+sp 4 (ZeRO-2), MLE with packing, held-out evaluation and greedy generation under sp 2 (ZeRO-2), NTIL
+(whole numbers summed over the group) under sp 2 (ZeRO-2).
 """
 
 from __future__ import annotations
@@ -125,3 +126,14 @@ def test_packed_sequences_and_evaluation_under_sequence_parallelism(runs):
         assert math.isclose(a["ce"], b["ce"], rel_tol=RTOL) and a["tokens"] == b["tokens"], (a, b)
     answers = (out / "heldout_answers.jsonl").read_text()
     assert answers == (reference / "heldout_answers.jsonl").read_text() and answers
+
+
+def test_ntil_under_sequence_parallelism_equals_single_process(runs):
+    """NTIL scores whole numbers (its digit runs, their whole-number errors, per-sequence means
+    and the step's CE / term ratio) and draws Gumbel noise: at sp 2 (ZeRO-2) each number cut
+    between the two ranks is summed over the group, and the run takes the single process's steps."""
+    ntil = {"loss": "ntil", "parallel.zero_stage": 2}
+    reference = runs("sp1_ntil", 1, **ntil)
+    out = runs("sp2_ntil", 2, **ntil, **{"parallel.sp": 2})
+    assert "= sequence parallel 2 (Ulysses" in runs.procs("sp2_ntil").stdout
+    assert_same_run(out, reference, RTOL, grad_norm=True)

@@ -36,11 +36,9 @@ def test_sp_with_eager_attention_is_refused():
         TrainConfig(model=ModelConfig(attn_implementation="eager"), parallel=ParallelConfig(sp=2))
 
 
-@pytest.mark.parametrize("name", ["number_level", "ntil"])
-def test_sp_with_a_loss_scoring_whole_numbers_is_refused(name):
-    with pytest.raises(ConfigError, match=f"parallel.sp=2 with loss.name={name}: the loss scores each number"):
-        TrainConfig(loss=LossConfig(name=name), parallel=ParallelConfig(sp=2))
-    TrainConfig(loss=LossConfig(name="smmd"), parallel=ParallelConfig(sp=2))
+@pytest.mark.parametrize("name", ["number_level", "ntil", "smmd"])
+def test_sp_accepts_the_losses_scoring_whole_numbers(name):
+    assert TrainConfig(loss=LossConfig(name=name), parallel=ParallelConfig(sp=2)).parallel.sp == 2
 
 
 def test_a_sequence_shorter_than_sp_is_refused():

@@ -9,6 +9,9 @@ DIST2 on those batches.
 
 from __future__ import annotations
 
+import functools
+import threading
+
 import pytest
 import torch
 
@@ -25,7 +28,7 @@ from del_core.data.sequence_shards import (
     span_columns,
 )
 from del_core.data.tokenized import Example, Packed, collate
-from del_core.losses import build_loss_for_model, loss_needs
+from del_core.losses import SequenceShard, build_loss_for_model
 from del_core.spans import IGNORE_INDEX
 from helpers.sequence_parallel import numbers_across_cuts
 from helpers.toy_number_vocab import make_number_vocab
@@ -35,6 +38,8 @@ from helpers.toy_vocab import VOCAB, V, build, encode
 TEXTS = ["ab1234567.25c_99.5de", "x3.14159265358979yz_", "12.5_q1000000.0625zz", "word 4.0 and 77777 !"]
 NUMBER_TEXTS = ["ab1234567.0625987_5y", "zz100.125z3456789012", "7.12.345q 42 1000000"]
 H = 5
+# The losses that score numbers as wholes: under sequence parallelism they sum each number over the group.
+NUMBER_LEVEL_LOSSES = ("number_level", "ntil")
 
 
 def toy_batch(texts=TEXTS):
@@ -162,7 +167,7 @@ def _toy_case(seed=0):
 
 
 @pytest.mark.parametrize("parts", [2, 4])
-@pytest.mark.parametrize("name", [name for name in LOSS_NAMES if not loss_needs(name).whole_sequences])
+@pytest.mark.parametrize("name", [name for name in LOSS_NAMES if name not in NUMBER_LEVEL_LOSSES])
 def test_every_loss_summed_over_shards_equals_the_whole(name, parts):
     logits, labels, spans = _toy_case()
     (whole, grad), (summed, grads) = _whole_and_sharded(build(name), logits, labels, spans, parts)
@@ -170,14 +175,181 @@ def test_every_loss_summed_over_shards_equals_the_whole(name, parts):
     torch.testing.assert_close(grads, grad, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("name", ["number_level", "ntil"])
-def test_a_loss_scoring_whole_numbers_differs_over_shards_and_is_refused(name):
-    """The number-level terms are not sums over tokens: a number cut by a shard boundary changes
-    them (the reason sequence parallelism refuses these losses)."""
-    logits, labels, spans = _toy_case()
-    (_, grad), (_, grads) = _whole_and_sharded(build(name), logits, labels, spans, 4)
-    assert (grads - grad).abs().max() > 1e-4
-    assert loss_needs(name).whole_sequences
+# --- the number-level losses: the shards run in threads, a simulated group sums their tensors ------
+class _ThreadGroup:
+    """The ranks of one simulated sequence-parallel group, one thread each: a sum over the group
+    stacks every rank's tensor and adds them in rank order (the same result on every rank)."""
+
+    def __init__(self, parts):
+        self.barrier = threading.Barrier(parts, timeout=120)
+        self.slots = [None] * parts
+
+    def sum(self, tensor, rank):
+        self.slots[rank] = tensor.detach().clone()
+        self.barrier.wait()
+        total = torch.stack(self.slots).sum(0)
+        self.barrier.wait()
+        return total
+
+
+class _SumOverThreads(torch.autograd.Function):
+    """The group's sum with the gradient summed over the group (del_core.parallel.sum_over_sequence_group);
+    with ``sum_gradient=False`` the broken variant whose backward passes the rank's own gradient."""
+
+    @staticmethod
+    def forward(ctx, tensor, group, rank, sum_gradient):
+        ctx.group, ctx.rank, ctx.sum_gradient = group, rank, sum_gradient
+        return group.sum(tensor, rank)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return (ctx.group.sum(grad, ctx.rank) if ctx.sum_gradient else grad), None, None, None
+
+
+def _thread_shard(group, rank, parts, sum_numbers=True, sum_gradient=True):
+    """Rank ``rank``'s SequenceShard; ``sum_numbers=False`` is a broken variant: the digits of
+    the whole sequences are gathered, but each rank keeps its own partial sums of the numbers."""
+
+    def sum_over_group(tensor):
+        if not tensor.is_floating_point():
+            return group.sum(tensor, rank)
+        return _SumOverThreads.apply(tensor, group, rank, sum_gradient) if sum_numbers else tensor
+
+    return SequenceShard(rank, parts, sum_over_group)
+
+
+def _in_threads(parts, work):
+    """``work(rank)`` for every rank in its own thread; the results by rank (errors re-raised)."""
+    results, errors = [None] * parts, []
+
+    def run(rank):
+        try:
+            results[rank] = work(rank)
+        except BaseException as error:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(rank,)) for rank in range(parts)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _score(loss_fn, source, labels, num_tokens, num_digits, spans, head):
+    """The loss of ``source``: logits, or with ``head`` hidden states through the chunked path."""
+    if head is None:
+        return loss_fn(source, labels, num_tokens, num_digits, spans=spans)
+    return loss_fn.from_hidden(source, head, labels, num_tokens, num_digits, chunk_size=3, spans=spans)
+
+
+def _with_step_totals(loss_fn, score, sum_totals):
+    """NTIL's step: the pre-pass's (ce, aux) summed by ``sum_totals``, then the scored call."""
+    loss_fn.set_step(3)
+    if loss_fn.needs.step_totals:
+        loss_fn.begin_step_totals()
+        with torch.no_grad():
+            out = score()
+        loss_fn.set_step_totals(sum_totals(torch.stack([out.ce, out.aux]).double()))
+    return score()
+
+
+def _whole_and_sp_group(make_loss, source, labels, spans, parts, head=None, **variant):
+    """(loss, grad) of the whole batch and (sum of the ranks' losses, concatenated grads) of
+    ``parts`` sequence-parallel ranks in threads, each with its own loss and SequenceShard."""
+    num_tokens, num_digits = (labels != IGNORE_INDEX).sum(), spans.is_digit.sum()
+    z = source.detach().clone().requires_grad_(True)
+    whole_fn = make_loss()
+    whole = _with_step_totals(
+        whole_fn, lambda: _score(whole_fn, z, labels, num_tokens, num_digits, spans, head), lambda t: t
+    )
+    whole.loss.backward()
+    group = _ThreadGroup(parts)
+
+    def rank_step(rank):
+        start, end = shard_range(labels.shape[1], rank, parts)
+        zr = source[:, start:end].detach().clone().requires_grad_(True)
+        loss_fn = make_loss()
+        loss_fn.set_sequence_shard(_thread_shard(group, rank, parts, **variant))
+        shard = shard_spans(spans, rank, parts)
+        out = _with_step_totals(
+            loss_fn,
+            lambda: _score(loss_fn, zr, labels[:, start:end], num_tokens, num_digits, shard, head),
+            lambda totals: group.sum(totals, rank),
+        )
+        out.loss.backward()
+        return out.loss.detach(), zr.grad
+
+    results = _in_threads(parts, rank_step)
+    return (whole.loss.detach(), z.grad), (sum(r[0] for r in results), torch.cat([r[1] for r in results], 1))
+
+
+NUMBER_LEVEL_CASES = [
+    ("number_level", {}),
+    ("number_level", {"float_level": True}),
+    ("number_level", {"float_level": True, "reweigh": True}),
+    ("ntil", {"noise_scale": 0.0}),
+    ("ntil", {"noise_scale": 0.5, "seed": 7}),
+]
+
+
+# Short numbers cut at 5, 10 and 15 ("12|345", "42|17", "9|.5"), scored by logits of unit scale
+# that favour the label: neither the relative errors nor NTIL's soft digits (temperature 0.1) are
+# saturated, so a rank that misses the other rank's digits of a number changes the gradient clearly.
+CUT_TEXTS = ["xxx12345xx678x9.5x12", "aaaaaaaa4217bbbb3.3z"]
+
+
+def _cut_case():
+    batch = toy_batch(CUT_TEXTS)
+    labels = batch.targets
+    logits = torch.randn(*labels.shape, V, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    return logits + torch.nn.functional.one_hot(labels.clamp_min(0), V), labels, batch.spans
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+@pytest.mark.parametrize("name, options", NUMBER_LEVEL_CASES)
+def test_number_level_losses_summed_over_a_sequence_parallel_group_equal_the_whole(name, options, parts):
+    """Numbers and digit runs cut between ranks score as on the whole sequence: the ranks' losses
+    add up to the whole batch's and their gradients concatenate to its gradient. Without the sum
+    of each number's partial sums over the group, or with a sum whose backward does not sum the
+    gradient (the broken variants), the gradient misses the same tolerance by 10^5 times or more."""
+    make_loss = functools.partial(build, name, **options)
+    for logits, labels, spans in (_toy_case(), _cut_case()):
+        assert numbers_across_cuts(spans, parts) >= 1
+        (whole, grad), (summed, grads) = _whole_and_sp_group(make_loss, logits, labels, spans, parts)
+        torch.testing.assert_close(summed, whole, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grads, grad, rtol=1e-10, atol=1e-12)
+    for variant in ({"sum_numbers": False}, {"sum_gradient": False}):
+        (_, _), (_, broken) = _whole_and_sp_group(make_loss, logits, labels, spans, parts, **variant)
+        assert (broken - grad).abs().max() > 1e5 * (1e-12 + 1e-10 * grad.abs().max()), variant
+
+
+@pytest.mark.parametrize("name, options", [("number_level", {"float_level": True}), ("ntil", {"noise_scale": 0.5})])
+def test_number_level_losses_on_the_chunked_path_over_a_sequence_parallel_group(name, options):
+    batch = toy_batch()
+    g = torch.Generator().manual_seed(5)
+    hidden = torch.randn(*batch.targets.shape, H, generator=g, dtype=torch.float64)
+    head = 2 * torch.randn(V, H, generator=g, dtype=torch.float64)
+    make_loss = functools.partial(build, name, **options)
+    (whole, grad), (summed, grads) = _whole_and_sp_group(make_loss, hidden, batch.targets, batch.spans, 2, head)
+    torch.testing.assert_close(summed, whole, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(grads, grad, rtol=1e-10, atol=1e-12)
+
+
+def test_a_shard_draws_the_noise_of_its_positions_in_the_whole_batch():
+    """NTIL's Gumbel noise is a hash of the element's index in the whole batch: the shards'
+    noise concatenates to the whole batch's noise."""
+    from del_core.losses.ntil import gumbel_noise
+
+    key = torch.tensor(12345)
+    like = torch.zeros(4 * 20, 10, dtype=torch.float64)
+    whole = gumbel_noise(like, key, 1.0).view(4, 20, 10)
+    positions = (torch.arange(4).unsqueeze(-1) * 20 + torch.arange(10, 20)).reshape(-1)
+    second = gumbel_noise(like[:40], key, 1.0, positions).view(4, 10, 10)
+    assert torch.equal(second, whole[:, 10:])
+    assert not torch.equal(gumbel_noise(like[:40], key, 1.0).view(4, 10, 10), whole[:, 10:])
 
 
 def test_place_weighted_dist2_summed_over_shards_equals_the_whole():
