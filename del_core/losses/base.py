@@ -419,3 +419,15 @@ def _describe_non_finite(name: str, source: torch.Tensor, loss: torch.Tensor) ->
     else:
         msg += " although all inputs are finite (overflow, or -inf at a target's logit)"
     return msg
+
+
+class DigitAuxLoss(NumericLoss):
+    """CE plus ``weight`` (>= 0) times a term over the number positions (DEL, NTL, DIST2 and the
+    newer number losses)."""
+
+    needs = LossNeeds(vocab=True)
+
+    def __init__(self, vocab: DigitVocab, weight: float, validate: Union[bool, str] = "async"):
+        if weight < 0:
+            raise ValueError(f"{self.name}: weight must be >= 0, got {weight}")
+        super().__init__(vocab, weight, validate)

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from ..vocab import DigitVocab
-from .base import Batch, LossNeeds, NumericLoss
+from .base import Batch, DigitAuxLoss, LossNeeds, NumericLoss
 from .digit_terms import del_term, dist2_term, leading_place_scale, ntl_mse_term, ntl_was_term
 from .ntil import NTIL_DEFAULT_WEIGHT, NTILLoss
 from .number_level import NumberLevelLoss
@@ -87,17 +87,6 @@ class EMOLoss(NumericLoss):
     def token_part(self, batch: Batch, ce: torch.Tensor) -> torch.Tensor:
         stats = batch.stats
         return emo_from_ce(ce, stats.expected, stats.target_embedding, batch.valid)
-
-
-class DigitAuxLoss(NumericLoss):
-    """CE plus ``weight`` times the mean over digit positions of a digit term."""
-
-    needs = LossNeeds(vocab=True)
-
-    def __init__(self, vocab: DigitVocab, weight: float, validate: Union[bool, str] = "async"):
-        if weight < 0:
-            raise ValueError(f"{self.name}: weight must be >= 0, got {weight}")
-        super().__init__(vocab, weight, validate)
 
 
 class DELLoss(DigitAuxLoss):

@@ -25,7 +25,7 @@ from typing import Optional, Union
 import torch
 
 from ..vocab import DigitVocab
-from .base import Batch, LossNeeds, NumericLoss
+from .base import Batch, DigitAuxLoss, LossNeeds
 from .digit_terms import ntl_was_term
 from .number_runs import ShardRuns, number_sum, shard_runs
 
@@ -118,7 +118,7 @@ def ntil_sequence_terms(
     return torch.where(runs.is_digit, share, torch.zeros_like(share))
 
 
-class NTILLoss(NumericLoss):
+class NTILLoss(DigitAuxLoss):
     """NTIL (ACL 2025) as released: ``CE + lambda (CE / (term + 1e-10)).detach() term``.
 
     ``noise_scale`` (0.01) scales the Gumbel noise; 0 gives the plain argmax (deterministic).
@@ -143,8 +143,6 @@ class NTILLoss(NumericLoss):
         seed: int = 0,
         validate: Union[bool, str] = "async",
     ):
-        if weight < 0:
-            raise ValueError(f"{self.name}: weight must be >= 0, got {weight}")
         super().__init__(vocab, weight, validate)
         if vocab.multi_digit:
             raise ValueError(

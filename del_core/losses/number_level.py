@@ -18,7 +18,7 @@ from typing import Union
 import torch
 
 from ..vocab import DigitVocab
-from .base import Batch, LossNeeds, NumericLoss
+from .base import Batch, DigitAuxLoss, LossNeeds
 from .number_runs import ShardRuns, number_sum, shard_runs
 
 # ntloss's eps of the relative error: its number values are float32 whatever the logits' dtype.
@@ -48,7 +48,7 @@ def number_level_term(
     return torch.where(runs.is_run_start, error, torch.zeros_like(error))
 
 
-class NumberLevelLoss(NumericLoss):
+class NumberLevelLoss(DigitAuxLoss):
     """ntloss 0.3.2's ``NumberLevelLoss`` (single-digit vocabularies): CE + lambda x the per-number
     relative error summed over the numbers and divided by the global digit count.
 
@@ -68,8 +68,6 @@ class NumberLevelLoss(NumericLoss):
         reweigh: bool = False,
         validate: Union[bool, str] = "async",
     ):
-        if weight < 0:
-            raise ValueError(f"{self.name}: weight must be >= 0, got {weight}")
         super().__init__(vocab, weight, validate)
         if vocab.multi_digit:
             raise ValueError(

@@ -25,7 +25,7 @@ from typing import Union
 import torch
 
 from ..vocab import DigitVocab
-from .base import Batch, LossNeeds, NumericLoss
+from .base import Batch, DigitAuxLoss, LossNeeds
 
 KERNELS = ("gaussian", "laplace")
 MODES = ("smmd", "mmd", "smooth")
@@ -100,7 +100,7 @@ def numeric_columns(vocab: DigitVocab, max_value: int) -> list[int]:
     return [offsets[len(str(v)) - 1] + v for v in range(top + 1)]
 
 
-class SMMDLoss(NumericLoss):
+class SMMDLoss(DigitAuxLoss):
     """CE + lambda x the SMMD term, summed over the positions whose label is in V_num and divided
     by the global digit count (on single-digit vocabularies exactly the released module's mean
     over numeric-label positions; on Llama-3 the zero-padded number tokens, outside V_num, count in
@@ -121,8 +121,6 @@ class SMMDLoss(NumericLoss):
         mode: str = "smmd",
         validate: Union[bool, str] = "async",
     ):
-        if weight < 0:
-            raise ValueError(f"{self.name}: weight must be >= 0, got {weight}")
         super().__init__(vocab, weight, validate)
         sigmas = (sigmas,) if isinstance(sigmas, (int, float)) else tuple(sigmas)
         _check_options(max_value, kernel, sigmas, squash_factor, alpha, mode)
