@@ -9,7 +9,9 @@ from del_core.engines import deepspeed, fsdp2
 
 
 class _FakeDeepSpeedEngine:
-    """The two DeepSpeed engine methods the deprecated helpers forward to, with known answers."""
+    """The two DeepSpeed engine methods the deprecated helpers forward to, with known answers: the
+    helpers only forward, and a real engine (deepspeed.initialize in a process group) would test
+    DeepSpeed, not them; the engine's own methods are exercised by the training tests."""
 
     def get_global_grad_norm(self) -> float:
         return 1.25

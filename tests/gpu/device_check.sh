@@ -4,16 +4,16 @@
 # Python: $DEVICE_CHECK_PYTHON, else .venv/bin/python when the checkout has one, else python3 (a GPU
 # machine's own PyTorch).
 # Where that Python cannot import omegaconf and deepspeed, the wheels staged by
-# tests/gpu/prepare_carry.py (tests/gpu/_carry/wheels) are installed into /tmp/site first.
+# tests/gpu/stage_offline.py (tests/gpu/_offline/wheels) are installed into /tmp/site first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY="${DEVICE_CHECK_PYTHON:-python3}"
 if [[ -z "${DEVICE_CHECK_PYTHON:-}" && -x .venv/bin/python ]]; then
     PY=.venv/bin/python
 fi
-if ! "$PY" -c "import omegaconf, deepspeed" 2>/dev/null && compgen -G "tests/gpu/_carry/wheels/*.whl" >/dev/null; then
+if ! "$PY" -c "import omegaconf, deepspeed" 2>/dev/null && compgen -G "tests/gpu/_offline/wheels/*.whl" >/dev/null; then
     if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        tests/gpu/_carry/wheels/*.whl; then
+        tests/gpu/_offline/wheels/*.whl; then
         export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
     else
         echo "warning: the carried wheels did not install; sections that need them will fail" >&2

@@ -1,9 +1,9 @@
 """Optional, for a GPU host that cannot install packages itself (no package index reachable): stage,
 on a machine that has the stack, what the device check needs.
 
-    .venv/bin/python tests/gpu/prepare_carry.py            # writes tests/gpu/_carry/ (git-ignored)
+    .venv/bin/python tests/gpu/stage_offline.py            # writes tests/gpu/_offline/ (git-ignored)
 
-Then copy ``tests/gpu/_carry`` into the GPU host's checkout; device_check.sh installs the wheels
+Then copy ``tests/gpu/_offline`` into the GPU host's checkout; device_check.sh installs the wheels
 when that host's Python cannot import omegaconf and deepspeed. Written:
 
 * ``wheels/``: the project's pins that a GPU host with only PyTorch lacks (omegaconf, deepspeed built here as a
@@ -29,7 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-CARRY = HERE / "_carry"
+OFFLINE = HERE / "_offline"
 # Packages a GPU host with only PyTorch lacks (tests/gpu/README.md), at the versions installed here.
 WHEELS = ("omegaconf", "hjson", "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "transformers")
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
@@ -93,13 +93,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-wheels", action="store_true", help="tokenizers and the SmolLM2 skeleton only")
     args = parser.parse_args()
-    shutil.rmtree(CARRY, ignore_errors=True)
+    shutil.rmtree(OFFLINE, ignore_errors=True)
     if not args.no_wheels:
-        stage_wheels(CARRY / "wheels")
-    stage_qwen2_tokenizer(CARRY / "tokenizers" / "qwen2")
-    stage_smollm2_skeleton(CARRY / "smollm2")
-    size = sum(p.stat().st_size for p in CARRY.rglob("*") if p.is_file())
-    print(f"{CARRY}: {size / 2**20:.1f} MiB; carry it as tests/gpu/_carry")
+        stage_wheels(OFFLINE / "wheels")
+    stage_qwen2_tokenizer(OFFLINE / "tokenizers" / "qwen2")
+    stage_smollm2_skeleton(OFFLINE / "smollm2")
+    size = sum(p.stat().st_size for p in OFFLINE.rglob("*") if p.is_file())
+    print(f"{OFFLINE}: {size / 2**20:.1f} MiB; staged folder it as tests/gpu/_offline")
 
 
 if __name__ == "__main__":
