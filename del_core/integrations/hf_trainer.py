@@ -280,15 +280,7 @@ class DELTrainerMixin:
     def _resolve_auto_weight(self, batch_samples: list, window: WindowCounts) -> None:
         """lambda of ``loss_weight="auto"`` from the first step's micro-batches (the module doc); a
         collective, as :meth:`get_batch_samples` is."""
-
-        def unit_terms(inputs: Mapping[str, Any]) -> torch.Tensor:
-            inputs = self._prepare_inputs(inputs)
-            targets = aligned_targets(inputs)
-            counts = self.loss_normalisers(window, targets)
-            score = self._forward(self.model, inputs, targets, carried_spans(inputs))[1]
-            out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
-            return torch.stack([out.ce, out.aux])
-
+        unit_terms = functools.partial(self._unit_terms, window=window)
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         ratio = self.del_loss_spec.auto_ratio
         chosen = measure_auto_weight(self.model, batch_samples, unit_terms, self.reduce_counts, ratio, devices)
@@ -298,19 +290,20 @@ class DELTrainerMixin:
             {"auto_loss_weight": chosen.weight, "auto_weight_ce": chosen.ce, "auto_weight_unit_term": chosen.unit_term}
         )
 
+    def _unit_terms(self, inputs: Mapping[str, Any], window: WindowCounts) -> torch.Tensor:
+        """The [2] tensor (ce, aux) of one micro-batch with the step's window normalisers."""
+        inputs = self._prepare_inputs(inputs)
+        targets = aligned_targets(inputs)
+        counts = self.loss_normalisers(window, targets)
+        score = self._forward(self.model, inputs, targets, carried_spans(inputs))[1]
+        out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
+        return torch.stack([out.ce, out.aux])
+
     def _measure_step_totals(self, batch_samples: list, window: WindowCounts) -> None:
         """The whole-batch totals a loss with ``needs.step_totals`` scales by (NTIL), from one
         forward of the step's micro-batches without gradients (:func:`measure_step_totals`); a
         collective, as :meth:`get_batch_samples` is."""
-
-        def unit_terms(inputs: Mapping[str, Any]) -> torch.Tensor:
-            inputs = self._prepare_inputs(inputs)
-            targets = aligned_targets(inputs)
-            counts = self.loss_normalisers(window, targets)
-            score = self._forward(self.model, inputs, targets, carried_spans(inputs))[1]
-            out = score(num_tokens=counts.num_tokens, num_digits=counts.num_digits)
-            return torch.stack([out.ce, out.aux])
-
+        unit_terms = functools.partial(self._unit_terms, window=window)
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         measure_step_totals(self.del_loss, batch_samples, unit_terms, self.reduce_counts, devices)
 
