@@ -11,7 +11,7 @@ overrides (dotted for nested keys, ``loss.weight=0.1``). Errors name the key and
 
 from .checks import check_at_least, check_choice, dotted_values
 from .command_line import HELP_FLAGS, keys_help, option, split_command_line
-from .deprecation import REMOVED_IN, warn_deprecated
+from .deprecation import REMOVED_IN, REMOVED_IN_NEXT, warn_deprecated
 from .loader import (
     ConfigError,
     KeyAliases,
@@ -25,6 +25,7 @@ from .loader import (
 __all__ = [
     "HELP_FLAGS",
     "REMOVED_IN",
+    "REMOVED_IN_NEXT",
     "ConfigError",
     "check_at_least",
     "check_choice",

@@ -11,23 +11,29 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Optional
 
-from del_core.config.deprecation import warn_deprecated
+from del_core.config.deprecation import REMOVED_IN, warn_deprecated
 from del_core.config.loader import ConfigError
 
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][\w.-]*=")
 HELP_FLAGS = ("-h", "--help")
 
 
-def split_command_line(argv: Sequence[str]) -> tuple[Optional[str], list[str]]:
+def split_command_line(
+    argv: Sequence[str], renamed: Mapping[str, str] = MappingProxyType({}), removed_in: str = REMOVED_IN
+) -> tuple[Optional[str], list[str]]:
     """(recipe path or None, overrides as ``key=value``) from the arguments of an entry script.
 
     The first argument is the recipe when it has no ``=`` (or ends in .yaml/.yml). ``--key value``
-    and ``--key=value`` (deprecated) become ``key=value`` (dashes in the key read as underscores);
-    a bare ``--flag`` followed by another option, a ``key=value`` or nothing reads as ``flag=true``.
-    ``--local_rank``, which the deepspeed launcher adds, is dropped (LOCAL_RANK is in the environment).
+    and ``--key=value`` (deprecated) become ``key=value`` (dashes in the key read as underscores;
+    ``renamed`` maps such a key to the dotted key that replaced it, ``loss_weight`` ->
+    ``loss.weight``); a bare ``--flag`` followed by another option, a ``key=value`` or nothing
+    reads as ``flag=true``; the warning names ``removed_in``, the release that drops the flags.
+    ``--local_rank``, which the deepspeed launcher adds, is dropped
+    (LOCAL_RANK is in the environment).
     """
     args = list(argv)
     recipe = None
@@ -48,10 +54,11 @@ def split_command_line(argv: Sequence[str]) -> tuple[Optional[str], list[str]]:
                 value = args[index] if has_value else "true"
                 written = f"{token} {value}" if has_value else token
                 index += has_value
-            if key.replace("-", "_") == "local_rank":
+            key = key.replace("-", "_")
+            if key == "local_rank":
                 continue
-            overrides.append(f"{key.replace('-', '_')}={value}")
-            warn_deprecated(f"the option '{written}'", f"'{overrides[-1]}'")
+            overrides.append(f"{renamed.get(key, key)}={value}")
+            warn_deprecated(f"the option '{written}'", f"'{overrides[-1]}'", removed_in=removed_in)
         elif "=" in token:
             overrides.append(token)
         else:

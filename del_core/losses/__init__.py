@@ -42,7 +42,7 @@ from .loss_path import (
 from .model_needs import build_loss_for_model, head_weight_copy, loss_needs
 from .ntil import NTIL_DEFAULT_WEIGHT
 from .number_runs import SequenceShard
-from .spec import AUTO, KeySpelling, LossSpec, LossSpecError
+from .spec import AUTO, DOTTED_SPELLING, KeySpelling, LossSpec, LossSpecError
 
 __all__ = [
     "AUTO",
@@ -54,6 +54,7 @@ __all__ = [
     "DEFAULT_AUTO_RATIO",
     "DEL_DEFAULT_WEIGHT",
     "DIST2_DEFAULT_WEIGHT",
+    "DOTTED_SPELLING",
     "KeySpelling",
     "LOSS_NAMES",
     "LOSS_PATHS",

@@ -45,6 +45,8 @@ class KeySpelling:
 
 
 FIELD_SPELLING = KeySpelling()  # LossSpec(...) itself: the field names
+# A ``loss`` section of a recipe or a command line (``loss.weight=auto``).
+DOTTED_SPELLING = KeySpelling(prefix="loss.", literal=str, unset="empty")
 Message = Callable[[KeySpelling], str]
 
 

@@ -24,7 +24,7 @@ from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
 from del_core.engines.registry import ENGINE_NAMES, backend_type
 from del_core.engines.settings import OptimizerConfig, ParallelConfig
-from del_core.losses import LOSS_PATHS, KeySpelling, LossSpec, LossSpecError
+from del_core.losses import DOTTED_SPELLING, LOSS_PATHS, LossSpec, LossSpecError
 from del_core.models.sources import ModelSourceError, check_model_source
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
@@ -47,7 +47,7 @@ class ModelConfig:
 
 
 # The loss section's keys as a recipe and the command line write them, for LossSpec's messages.
-LOSS_KEYS = KeySpelling(prefix="loss.", literal=str, unset="empty")
+LOSS_KEYS = DOTTED_SPELLING
 
 
 @dataclass

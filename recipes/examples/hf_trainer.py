@@ -1,9 +1,12 @@
 """DEL from your own ``transformers.Trainer``: the few lines that turn it on, in a complete script.
 
     python recipes/examples/hf_trainer.py                      # SmolLM2-135M-Instruct, offline, CPU
-    python recipes/examples/hf_trainer.py --model DIR --steps 4 --loss ntl_was --loss-weight auto
-    torchrun --nproc_per_node 8 recipes/examples/hf_trainer.py --model Qwen/Qwen2.5-1.5B \
-        --deepspeed ds_configs/zero3.json
+    python recipes/examples/hf_trainer.py model=DIR steps=4 loss=ntl_was loss.weight=auto
+    torchrun --nproc_per_node 8 recipes/examples/hf_trainer.py model=Qwen/Qwen2.5-1.5B \
+        deepspeed=ds_configs/zero3.json
+
+Keys (key=value; --help lists them): model, loss (loss.weight, loss.auto_ratio, loss.options),
+steps, output_dir, deepspeed (del_core/integrations/example_cli.py).
 
 ``DELTrainer`` is ``Trainer`` with a del_core loss: it divides every micro-batch's loss by the
 token AND digit counts of the whole optimizer step over all ranks (see docs/hf_trainer.md), and
@@ -39,7 +42,7 @@ def tokenize(row: dict[str, str], tokenizer) -> dict[str, list[int]]:
 
 
 def main() -> None:
-    args = example_arguments(__doc__, "runs/hf-trainer-example")  # --model --loss --loss-weight --steps ...
+    args = example_arguments(__doc__, "runs/hf-trainer-example")  # model= loss= loss.weight= steps= ...
 
     source = resolve_model(args.model)  # smollm2 / a .gguf file become a Hugging Face directory
     tokenizer = AutoTokenizer.from_pretrained(source)

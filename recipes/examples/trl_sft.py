@@ -1,9 +1,12 @@
 """DEL from TRL's ``SFTTrainer``: prompt-completion data, TRL's masking, the del_core loss.
 
     python recipes/examples/trl_sft.py                         # SmolLM2-135M-Instruct, offline, CPU
-    python recipes/examples/trl_sft.py --model DIR --steps 4 --loss dist2
-    accelerate launch --num_processes 8 recipes/examples/trl_sft.py --model Qwen/Qwen2.5-1.5B \
-        --deepspeed ds_configs/zero3.json
+    python recipes/examples/trl_sft.py model=DIR steps=4 loss=dist2
+    accelerate launch --num_processes 8 recipes/examples/trl_sft.py model=Qwen/Qwen2.5-1.5B \
+        deepspeed=ds_configs/zero3.json
+
+Keys (key=value; --help lists them): model, loss (loss.weight, loss.auto_ratio, loss.options),
+steps, output_dir, deepspeed (del_core/integrations/example_cli.py).
 
 ``DELSFTTrainer`` is ``SFTTrainer`` whose loss is a del_core loss on the model's full logits, with
 the token and digit counts of the whole optimizer step over all ranks (docs/hf_trainer.md). TRL
@@ -32,7 +35,7 @@ def arithmetic_dataset(n: int) -> Dataset:
 
 
 def main() -> None:
-    args = example_arguments(__doc__, "runs/trl-sft-example")  # --model --loss --loss-weight --steps ...
+    args = example_arguments(__doc__, "runs/trl-sft-example")  # model= loss= loss.weight= steps= ...
 
     source = resolve_model(args.model)
     tokenizer = AutoTokenizer.from_pretrained(source)

@@ -34,8 +34,8 @@ def logged_steps(stdout: str) -> list[dict]:
 def test_example_trains_with_the_del_loss(script, tiny_model_dir, tmp_path):
     if script == "trl_sft.py":
         pytest.importorskip("trl")
-    command = [sys.executable, str(EXAMPLES / script), "--model", str(tiny_model_dir), "--steps", "2"]
-    command += ["--output-dir", str(tmp_path / "out")]
+    command = [sys.executable, str(EXAMPLES / script), f"model={tiny_model_dir}", "steps=2"]
+    command += [f"output_dir={tmp_path / 'out'}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -49,14 +49,14 @@ def test_example_trains_with_the_del_loss(script, tiny_model_dir, tmp_path):
 
 @pytest.mark.parametrize("script", ["hf_trainer.py", "trl_sft.py"])
 def test_example_takes_loss_weight_auto(script, tiny_model_dir, tmp_path):
-    """``--loss-weight auto`` (0.1: "invalid float value: 'auto'" in hf_trainer.py, the 1.0
+    """``loss.weight=auto`` (0.1: "invalid float value: 'auto'" in hf_trainer.py, the 1.0
     placeholder printed as lambda in trl_sft.py): lambda = 0.02 x CE / digit term of the first
     step's batch at the initial weights, the trainer's rule, so that step's logged aux is 0.02 x
     its CE; both examples print the measured lambda (their shared argument handling)."""
     if script == "trl_sft.py":
         pytest.importorskip("trl")
-    command = [sys.executable, str(EXAMPLES / script), "--model", str(tiny_model_dir), "--steps", "1"]
-    command += ["--output-dir", str(tmp_path / "out"), "--loss-weight", "auto"]
+    command = [sys.executable, str(EXAMPLES / script), f"model={tiny_model_dir}", "steps=1"]
+    command += [f"output_dir={tmp_path / 'out'}", "loss.weight=auto"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -75,9 +75,7 @@ def test_example_takes_loss_weight_auto(script, tiny_model_dir, tmp_path):
 
 
 def test_a_bad_loss_setting_is_one_line_before_the_model_loads(tmp_path):
-    command = [sys.executable, str(EXAMPLES / "hf_trainer.py"), "--model", str(tmp_path / "absent")]
-    proc = subprocess.run(
-        command + ["--loss", "mle", "--loss-weight", "auto"], cwd=REPO, capture_output=True, text=True
-    )
+    command = [sys.executable, str(EXAMPLES / "hf_trainer.py"), f"model={tmp_path / 'absent'}"]
+    proc = subprocess.run(command + ["loss=mle", "loss.weight=auto"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines()[-1].endswith("error: --loss-weight=auto: loss mle has no weight lambda")
+    assert proc.stderr.strip().splitlines()[-1] == "error: loss.weight=auto: loss mle has no weight lambda"

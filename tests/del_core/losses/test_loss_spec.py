@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from del_core.config import ConfigError
-from del_core.integrations.example_cli import OPTION_KEYS
 from del_core.integrations.loss_setup import ARGUMENT_KEYS, loss_spec
 from del_core.losses import (
     AUTO_PLACEHOLDER,
@@ -113,13 +112,6 @@ def test_bad_values_are_one_line_errors_naming_the_key(fields, as_fields, in_a_r
         assert as_arguments in str(caught.value.respelt(ARGUMENT_KEYS))
         with pytest.raises(LossSpecError, match="^" + re.escape(as_arguments)):
             loss_spec(fields.get("name", "del"), fields.get("weight"), fields.get("options"), fields.get("auto_ratio"))
-
-
-def test_the_examples_name_their_options():
-    error = LossSpecError(
-        lambda s: f"{s.key('weight')}={s.literal('auto')}: loss {s.literal('mle')} has no weight lambda"
-    )
-    assert str(error.respelt(OPTION_KEYS)) == "--loss-weight=auto: loss mle has no weight lambda"
 
 
 def test_the_recipe_section_is_the_record():
