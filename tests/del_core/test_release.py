@@ -36,7 +36,9 @@ def test_one_version_with_its_changelog_section():
     dynamic = _toml_table(pyproject, "tool.setuptools.dynamic")
     assert re.search(r'^version = \{ attr = "del_core\.__version__" \}$', dynamic, re.M)
     releases = [heading.split("]")[0].lstrip("[") for heading in _sections(CHANGELOG.read_text(), "## ")]
-    assert releases[0] == del_core.__version__
+    # What is merged after a release is listed under "Unreleased", above it, until the next one.
+    released = releases[1:] if releases[0] == "Unreleased" else releases
+    assert released[0] == del_core.__version__ and "Unreleased" not in released
 
 
 def test_every_removal_states_its_migration():
