@@ -27,7 +27,7 @@ import torch
 from ..vocab import DigitVocab
 from .base import Batch, DigitAuxLoss, LossNeeds
 from .digit_terms import ntl_was_term
-from .number_runs import ShardRuns, number_sum, shard_runs
+from .number_runs import ShardRuns, number_sum
 
 NTIL_DEFAULT_WEIGHT = 0.3  # the released ntil_lambda
 RATIO_EPS = 1e-10  # the released code's guard in CE / term
@@ -193,7 +193,7 @@ class NTILLoss(DigitAuxLoss):
         return gumbel_noise(like, key.to(like.device), self.noise_scale, positions)
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        layout = shard_runs(batch.spans, batch.rows, False, self.sequence_shard)
+        layout = batch.number_runs(False, self.sequence_shard)
         logits = batch.digit_logits
         return ntil_sequence_terms(logits, layout, self.weights, self._noise(logits, layout.positions), self.tau)
 
