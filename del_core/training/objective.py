@@ -178,6 +178,8 @@ def build_objective(
     if loss.compile:
         compilation = LossCompilation(loss.compile_backend, max_tokens)
         log(f"[loss] torch.compile({loss.name}, backend={loss.compile_backend}, dynamic shapes)")
+    if loss.compact:
+        log(f"[loss] compacted: the LM head and the loss run on the scored positions alone ({loss.path} path)")
     return CausalLMObjective(model, loss_fn, loss.path, loss.chunk_size, compilation, loss.compact)
 
 

@@ -120,6 +120,15 @@ def test_compiled_loss_matches(base, reference, tmp_path):
     _close(train_losses(out), reference)
 
 
+def test_compacted_loss_matches(base, reference, tmp_path):
+    """loss.compact=true (the LM head and the loss on the answers' positions alone; the synthetic
+    rows are mostly prompt) trains to the same losses as the full logits, in one process."""
+    out = tmp_path / "run"
+    proc = run_train(1, {**base, "loss.compact": "true", "run.output_dir": out})
+    assert "[loss] compacted: the LM head and the loss run on the scored positions alone" in proc.stdout + proc.stderr
+    _close(train_losses(out), reference)
+
+
 def test_zero3_offload_matches(base, reference, tmp_path):
     out = tmp_path / "run"
     proc = run_train(2, {**base, "parallel.offload": "true", "run.output_dir": out})
