@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from del_core import LOSS_NAMES, number_spans
+from del_core.config import ConfigError
 from del_core.losses import CompactedPath, LossCalls, build_loss_path, scored_positions
+from del_core.training.config import load_train_config
 from del_core.training.objective import CausalLMObjective
 from helpers.host_syncs import count_host_syncs
 from helpers.tiny_models import tiny_causal_lm
@@ -192,3 +194,12 @@ def test_compaction_refuses_what_it_cannot_repeat():
     assert not build_loss_path("logits", compact=True).reads_head_weight
     with pytest.raises(ValueError, match="compacted once"):
         CompactedPath(path)
+
+
+def test_the_training_key_is_off_by_default_and_refused_where_it_cannot_be_exact():
+    assert load_train_config(None, []).loss.compact is False
+    assert load_train_config(None, ["loss.compact=true"]).loss.compact is True
+    for key in ("parallel.tp", "parallel.sp"):
+        with pytest.raises(ConfigError, match=f"loss.compact=true with {key}=2 is not supported"):
+            load_train_config(None, ["loss.compact=true", f"{key}=2"])
+    load_train_config(None, ["loss.compact=false", "parallel.tp=2"])
