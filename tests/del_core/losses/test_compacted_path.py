@@ -63,7 +63,7 @@ def _run(name: str, path: str, compact: bool, spans=None) -> tuple[dict, dict]:
     labels = _labels()
     loss = _loss(name)
     loss.set_step(7)  # NTIL: the same noise stream in both runs
-    objective = CausalLMObjective(_model(), loss, path, chunk_size=5, compact=compact)
+    objective = CausalLMObjective(_model(), loss, path, chunk_size=16, compact=compact)
     out = objective(**_inputs(labels), num_tokens=torch.tensor(60.0), num_digits=torch.tensor(30.0), spans=spans)
     out["loss"].backward()
     grads = {key: p.grad.clone() for key, p in objective.lm.named_parameters()}
