@@ -94,6 +94,19 @@ def test_compacted_equals_full(name, path):
         torch.testing.assert_close(compact_grads[key], full_grads[key], **TOLERANCE, msg=key)
 
 
+@pytest.mark.parametrize("path", ["logits", "chunked"])
+def test_a_micro_batch_with_nothing_scored_gives_zero_and_a_head_gradient(path):
+    """No scored position (a micro-batch of prompts): [0, H] rows, loss 0, and the LM head still
+    gets its (zero) gradient, as on the full path, so an engine waiting for it is not left waiting."""
+    labels = torch.full_like(_labels(), -100)
+    objective = CausalLMObjective(_model(), _loss("del"), path, chunk_size=16, compact=True)
+    out = objective(**_inputs(labels), num_tokens=torch.tensor(5.0), num_digits=torch.tensor(3.0))
+    out["loss"].backward()
+    assert out["loss"].item() == 0.0 and out["n_tokens"].item() == 0.0
+    head = objective.lm.get_output_embeddings().weight.grad
+    assert head is not None and not head.any()
+
+
 def _full_logits(model, labels) -> torch.Tensor:
     inputs = _inputs(labels)
     with torch.no_grad():
