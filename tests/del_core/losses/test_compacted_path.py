@@ -190,6 +190,48 @@ def test_a_compacted_call_syncs_once_for_the_gather():
         assert [(e.kind, e.origin.split(" ")[-1]) for e in events] == [("nonzero", "scored_positions")], name
 
 
+class RecordingRun:
+    """A :class:`del_core.losses.CausalLMRun` over fixed hidden states and head weight that records
+    what a path asked it for."""
+
+    def __init__(self, hidden, weight):
+        self.hidden, self.weight, self.asked = hidden, weight, []
+
+    def logits(self):
+        self.asked.append("logits")
+        return self.hidden @ self.weight.T
+
+    def hidden_states(self):
+        self.asked.append("hidden_states")
+        return self.hidden
+
+    def head_weight(self):
+        self.asked.append("head_weight")
+        return self.weight
+
+    def head(self, rows):
+        self.asked.append(f"head {tuple(rows.shape)}")
+        return rows @ self.weight.T
+
+
+@pytest.mark.parametrize("path", ["logits", "chunked"])
+def test_a_compacted_path_asks_once_for_the_hidden_states_and_the_head(path):
+    """The hidden states once, then the head module once on the [M, H] gathered rows (logits), or
+    the head weight once for all the chunks (chunked: under ZeRO-3 one gather per micro-batch)."""
+    labels = _labels()
+    hidden = torch.randn(*labels.shape, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    weight = torch.randn(V, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    compacted = build_loss_path(path, chunk_size=3, compact=True)
+    run = RecordingRun(hidden, weight)
+    loss = _loss("del")
+    got = compacted.score(
+        LossCalls.of(loss), compacted.model_output(run), labels, 60, 30, head_weight=run.head_weight, head=run.head
+    )
+    scored = int((labels != -100).sum())
+    assert run.asked == ["hidden_states", f"head {(scored, 8)}" if path == "logits" else "head_weight"]
+    torch.testing.assert_close(got.loss, loss(hidden @ weight.T, labels, 60, 30).loss, **TOLERANCE)
+
+
 def test_compaction_refuses_what_it_cannot_repeat():
     """The compacted logits path runs the head module (a bias is fine), not what the model's forward
     does after it (softcapping); the compacted chunked path keeps the chunked path's refusals."""
