@@ -32,12 +32,14 @@ from .loss_path import (
     LOSS_PATHS,
     CausalLMRun,
     ChunkedPath,
+    CompactedPath,
     LogitsPath,
     LossCalls,
     LossPath,
     build_loss_path,
     loss_on_path,
     loss_path_name,
+    scored_positions,
 )
 from .model_needs import build_loss_for_model, head_weight_copy, loss_needs
 from .ntil import NTIL_DEFAULT_WEIGHT
@@ -51,6 +53,7 @@ __all__ = [
     "AutoWeightError",
     "CausalLMRun",
     "ChunkedPath",
+    "CompactedPath",
     "DEFAULT_AUTO_RATIO",
     "DEL_DEFAULT_WEIGHT",
     "DIST2_DEFAULT_WEIGHT",
@@ -82,4 +85,5 @@ __all__ = [
     "loss_on_path",
     "loss_path_name",
     "measure_auto_weight",
+    "scored_positions",
 ]

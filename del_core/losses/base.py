@@ -24,7 +24,7 @@ import torch
 from ..spans import NumberSpans, invalid_labels, number_spans
 from ..vocab import DigitVocab
 from .digit_terms import GroupTerm, by_width, number_entropy, number_hits
-from .number_runs import SequenceShard
+from .number_runs import SequenceShard, ShardRuns, shard_runs
 from .statistics import IGNORE_INDEX, LogitStats, VocabSlice, compute_dtype, hidden_statistics, logit_statistics
 
 Normaliser = Optional[Union[int, float, torch.Tensor]]
@@ -83,6 +83,10 @@ class Batch:
     target_digit: [N] int64, the target token's value at number-token positions, 0 elsewhere.
     group_offsets: the column offsets of the width groups (``DigitVocab.group_offsets``).
     rows:         the number of sequences (rows of the labels ``[-1, T]``) in the batch.
+    positions:    [N] int64, the flat indices in the whole batch's labels of the N positions the
+                  call scores (a compacted call: the scored positions alone), or None (all of them).
+    whole_spans:  the flattened :class:`NumberSpans` of the whole batch's labels (those of a
+                  compacted call's positions are ``spans``); ``spans`` itself otherwise.
     """
 
     labels: torch.Tensor
@@ -94,6 +98,13 @@ class Batch:
     target_digit: Optional[torch.Tensor] = None
     group_offsets: tuple[int, ...] = (0, 10)
     rows: int = 1
+    positions: Optional[torch.Tensor] = None
+    whole_spans: Optional[NumberSpans] = None
+
+    def number_runs(self, join_points: bool, shard: Optional[SequenceShard]) -> ShardRuns:
+        """The digit runs of the whole sequences read at this call's positions
+        (:func:`del_core.losses.number_runs.shard_runs`)."""
+        return shard_runs(self.whole_spans, self.rows, join_points, shard, self.positions)
 
     def by_width(self, term: GroupTerm) -> torch.Tensor:
         """[N] ``term`` at every number-token position, scored within its target's width group
@@ -191,16 +202,23 @@ class NumericLoss(torch.nn.Module):
         *,
         vocab_slice: Optional[VocabSlice] = None,
         spans: Optional[NumberSpans] = None,
+        positions: Optional[torch.Tensor] = None,
     ) -> LossOutput:
         """``logits`` [..., T, V] of any float dtype, ``labels`` [..., T] int64 (-100 = ignored),
         aligned position by position (the caller shifts). With ``vocab_slice`` the logits hold only
         that slice's columns (tensor parallelism, see ``del_core.parallel``). ``spans``: the
-        labels' :func:`number_spans` when the caller already has them (computed here otherwise)."""
+        labels' :func:`number_spans` when the caller already has them (computed here otherwise).
+
+        ``positions`` [M] int64: the logits [M, V] are those of these flat positions of ``labels``
+        alone (ascending; a compacted call: the scored positions, see
+        :func:`del_core.losses.scored_positions`); the number structure is still that of the whole
+        ``labels``, so the loss, its gradient and the metrics equal those of the full [..., T, V]
+        logits when every scored position is among them."""
         if not torch.is_floating_point(logits):
             raise TypeError(f"logits must be floating point, got {logits.dtype}")
-        _check_shapes(logits, labels, "logits")
+        _check_shapes(logits, labels, "logits", positions)
         vocab_slice = vocab_slice or VocabSlice.full(logits.shape[-1])
-        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(logits.dtype), spans)
+        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(logits.dtype), spans, positions)
         batch.stats = logit_statistics(
             logits.reshape(-1, logits.shape[-1]),
             batch.labels,
@@ -222,18 +240,21 @@ class NumericLoss(torch.nn.Module):
         chunk_size: int = 256,
         spans: Optional[NumberSpans] = None,
         num_chunks: Optional[int] = None,
+        positions: Optional[torch.Tensor] = None,
     ) -> LossOutput:
         """The same loss from hidden states [..., T, H] and the LM-head weight [V or V_local, H],
         ``chunk_size`` tokens at a time: the [N, V] logits are never held whole. Gradients flow to
         ``hidden`` and ``weight``. Under tensor parallelism pass ``head.gather_input(hidden)`` and
         the head's rows (:class:`del_core.parallel.VocabParallelLMHead`), so that the hidden
         gradient is summed over the group. Under torch.compile with varying lengths pass
-        ``num_chunks`` instead of relying on ``chunk_size`` (see :func:`hidden_statistics`)."""
+        ``num_chunks`` instead of relying on ``chunk_size`` (see :func:`hidden_statistics`).
+        ``positions`` [M]: the hidden states [M, H] are those of these flat positions of
+        ``labels`` alone (see :meth:`forward`)."""
         if not torch.is_floating_point(hidden):
             raise TypeError(f"hidden states must be floating point, got {hidden.dtype}")
-        _check_shapes(hidden, labels, "hidden")
+        _check_shapes(hidden, labels, "hidden", positions)
         vocab_slice = vocab_slice or VocabSlice.full(weight.shape[0])
-        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(hidden.dtype), spans)
+        batch = self._prepare(labels, vocab_slice.vocab_size, compute_dtype(hidden.dtype), spans, positions)
         batch.stats = hidden_statistics(
             hidden.reshape(-1, hidden.shape[-1]),
             weight,
@@ -256,8 +277,15 @@ class NumericLoss(torch.nn.Module):
         return self.vocab.number_ids if self.vocab is not None else None
 
     def _prepare(
-        self, labels: torch.Tensor, vocab_size: int, dtype: torch.dtype, spans: Optional[NumberSpans] = None
+        self,
+        labels: torch.Tensor,
+        vocab_size: int,
+        dtype: torch.dtype,
+        spans: Optional[NumberSpans] = None,
+        positions: Optional[torch.Tensor] = None,
     ) -> Batch:
+        """The batch of the call: with ``positions``, the spans come from the whole ``labels``
+        (a number never runs across the positions left out) and are then read at the positions."""
         if labels.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"labels must be int64 token ids, got {labels.dtype}")
         labels = labels.long()
@@ -266,14 +294,20 @@ class NumericLoss(torch.nn.Module):
         elif self.validate == "async":
             _assert_label_ids(labels, vocab_size)
         flat = labels.reshape(-1)
-        batch = Batch(flat, flat != IGNORE_INDEX, dtype, rows=flat.numel() // max(labels.shape[-1], 1))
+        rows = flat.numel() // max(labels.shape[-1], 1)
+        if positions is not None:
+            flat = flat.index_select(0, positions)
+        batch = Batch(flat, flat != IGNORE_INDEX, dtype, rows=rows, positions=positions)
         if self.vocab is not None:
             self.vocab.check_fits(vocab_size)
             if spans is None:
                 spans = number_spans(labels, self.vocab)
             elif spans.is_digit.shape != labels.shape:
                 raise ValueError(f"spans {tuple(spans.is_digit.shape)} do not match labels {tuple(labels.shape)}")
-            batch.spans = NumberSpans(*(t.reshape(-1) for t in spans))
+            batch.whole_spans = NumberSpans(*(t.reshape(-1) for t in spans))
+            batch.spans = batch.whole_spans
+            if positions is not None:
+                batch.spans = NumberSpans(*(t.index_select(0, positions) for t in batch.whole_spans))
             batch.target_digit = batch.spans.digit_value.clamp_min(0)
             batch.group_offsets = self.vocab.group_offsets
         return batch
@@ -329,7 +363,18 @@ def missing_vocab_message(name: str) -> str:
     return f"loss {name!r} needs a DigitVocab (its auxiliary term scores digits)"
 
 
-def _check_shapes(source: torch.Tensor, labels: torch.Tensor, what: str) -> None:
+def _check_shapes(
+    source: torch.Tensor, labels: torch.Tensor, what: str, positions: Optional[torch.Tensor] = None
+) -> None:
+    if positions is not None:
+        if positions.dim() != 1 or positions.dtype != torch.int64:
+            raise ValueError(f"positions must be a 1-D int64 tensor of flat label indices, got {positions.dtype}")
+        if source.dim() != 2 or source.shape[0] != positions.shape[0]:
+            raise ValueError(
+                f"{what} {tuple(source.shape)} must hold one row per position ({positions.shape[0]}) "
+                "plus one last dimension"
+            )
+        return
     if source.dim() < 2 or source.shape[:-1] != labels.shape:
         raise ValueError(
             f"{what} {tuple(source.shape)} must be labels {tuple(labels.shape)} plus one last dimension "

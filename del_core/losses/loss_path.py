@@ -15,8 +15,16 @@ Two paths, one name each (:data:`LOSS_PATHS`, built by name with :func:`build_lo
   input) and the LM-head weight [V or V_local, H] go to ``loss.from_hidden``, ``chunk_size`` tokens
   at a time, so the [N, V] logits are never held whole.
 
-The callers never branch on the path: a variant (say, gathering the scored positions of the hidden
-states before the head) is one more subclass that asks the run for what it needs and scores it.
+Either path can be *compacted* (:class:`CompactedPath`, ``build_loss_path(..., compact=True)``):
+the run gives the body's last hidden states [..., T, H], the rows of the scored positions (label
+not -100; :func:`scored_positions`) are gathered once, [M, H], and only they go through the LM head
+(the head module itself on ``"logits"``, the head weight chunk by chunk on ``"chunked"``) and the
+loss. The loss reads the number structure of the whole labels at those positions
+(``NumericLoss.forward(..., positions=)``), so the loss, its gradients and its metrics are those of
+the uncompacted path. The gather's size depends on the labels: one host-device synchronisation per
+call (``nonzero``), the only one a compacted path adds.
+
+The callers never branch on the path: each asks the run for what it needs and scores it.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from typing import ClassVar, Optional, Protocol
 
 import torch
 
-from ..spans import NumberSpans
+from ..spans import IGNORE_INDEX, NumberSpans
 from .base import LossOutput, Normaliser, NumericLoss
 from .statistics import VocabSlice
 
@@ -72,6 +80,10 @@ class CausalLMRun(Protocol):
         """The LM-head weight [V or V_local, H] (the parameter: gradients flow into it), read when
         the loss scores, after the model's forward."""
 
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        """The LM-head module on ``rows`` [M, H] of the last hidden states: their logits [M, V],
+        through the module (so that an engine's hooks on it, e.g. ZeRO-3 gathering its weight, run)."""
+
 
 class LossPath(ABC):
     """One way from a causal LM to its loss; see the module doc.
@@ -104,6 +116,8 @@ class LossPath(ABC):
         head_weight: Optional[Callable[[], torch.Tensor]] = None,
         vocab_slice: Optional[VocabSlice] = None,
         spans: Optional[NumberSpans] = None,
+        head: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        positions: Optional[torch.Tensor] = None,
     ) -> LossOutput:
         """The loss of ``targets`` [..., T] (aligned, -100 ignored) on ``output`` (from
         :meth:`model_output`), with ``calls`` (the loss's own or compiled calls).
@@ -111,7 +125,9 @@ class LossPath(ABC):
         ``num_tokens``/``num_digits``: the global normalisers; ``head_weight``: reads the LM-head
         weight [V or V_local, H] (called only where ``reads_head_weight``); ``vocab_slice``: this
         process's vocabulary columns under tensor parallelism; ``spans``: the targets' number spans
-        if known."""
+        if known; ``head``: the LM-head module's call on rows [M, H] (:meth:`CausalLMRun.head`;
+        read by a compacted path); ``positions`` [M]: ``output`` holds only these flat positions of
+        ``targets`` (one row each; ``NumericLoss.forward``)."""
 
 
 class LogitsPath(LossPath):
@@ -134,8 +150,12 @@ class LogitsPath(LossPath):
         head_weight: Optional[Callable[[], torch.Tensor]] = None,
         vocab_slice: Optional[VocabSlice] = None,
         spans: Optional[NumberSpans] = None,
+        head: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        positions: Optional[torch.Tensor] = None,
     ) -> LossOutput:
-        return calls.logits(output, targets, num_tokens, num_digits, vocab_slice=vocab_slice, spans=spans)
+        return calls.logits(
+            output, targets, num_tokens, num_digits, vocab_slice=vocab_slice, spans=spans, positions=positions
+        )
 
 
 class ChunkedPath(LossPath):
@@ -172,6 +192,8 @@ class ChunkedPath(LossPath):
         head_weight: Optional[Callable[[], torch.Tensor]] = None,
         vocab_slice: Optional[VocabSlice] = None,
         spans: Optional[NumberSpans] = None,
+        head: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        positions: Optional[torch.Tensor] = None,
     ) -> LossOutput:
         if head_weight is None:
             raise ValueError("the chunked loss path needs the LM-head weight [V, H]")
@@ -185,17 +207,96 @@ class ChunkedPath(LossPath):
             chunk_size=self.chunk_size,
             spans=spans,
             num_chunks=self.num_chunks,
+            positions=positions,
+        )
+
+
+def scored_positions(targets: torch.Tensor) -> torch.Tensor:
+    """[M] int64, ascending: the flat indices of the positions of ``targets`` [..., T] whose label
+    is scored (not -100). Its size depends on the labels: on an accelerator, reading it is one
+    host-device synchronisation (``nonzero``)."""
+    return (targets.reshape(-1) != IGNORE_INDEX).nonzero().squeeze(-1)
+
+
+class CompactedPath(LossPath):
+    """``inner`` (a :class:`LogitsPath` or :class:`ChunkedPath`) on the scored positions alone:
+    the body's last hidden states [..., T, H] are gathered at :func:`scored_positions` once per
+    call, [M, H], and scored as ``inner`` scores its output, with the loss told the positions (the
+    number spans and runs stay those of the whole labels). On ``"logits"`` the rows go through the
+    LM-head module (:meth:`CausalLMRun.head`), giving [M, V] logits; on ``"chunked"`` they are
+    scored against the head weight ``chunk_size`` rows at a time. One host-device synchronisation
+    per call (the gather's size); the normalisers stay the given global counts."""
+
+    def __init__(self, inner: LossPath):
+        if isinstance(inner, CompactedPath):
+            raise ValueError("a compacted loss path is compacted once")
+        self.inner = inner
+        self.name = inner.name
+        self.reads_head_weight = inner.reads_head_weight
+
+    def check_model(self, lm: torch.nn.Module) -> None:
+        """The inner path's checks, and no step between the head and the logits the compacted call
+        would skip: the logits must be the head module's output."""
+        self.inner.check_model(lm)
+        config = getattr(lm, "config", None)
+        for key, neutral in (("final_logit_softcapping", None), ("logit_scale", 1.0), ("logits_scaling", 1.0)):
+            value = getattr(config, key, None)
+            if value not in (None, neutral):
+                raise ValueError(
+                    f"loss.compact=true: the model's {key}={value} transforms the LM head's output, "
+                    "which the compacted path does not repeat; use loss.compact=false"
+                )
+
+    def model_output(self, run: CausalLMRun) -> torch.Tensor:
+        return run.hidden_states()
+
+    def score(
+        self,
+        calls: LossCalls,
+        output: torch.Tensor,
+        targets: torch.Tensor,
+        num_tokens: Normaliser = None,
+        num_digits: Normaliser = None,
+        *,
+        head_weight: Optional[Callable[[], torch.Tensor]] = None,
+        vocab_slice: Optional[VocabSlice] = None,
+        spans: Optional[NumberSpans] = None,
+        head: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        positions: Optional[torch.Tensor] = None,
+    ) -> LossOutput:
+        if positions is not None:
+            raise ValueError("a compacted path chooses its positions itself (the scored ones)")
+        positions = scored_positions(targets)
+        rows = output.reshape(-1, output.shape[-1]).index_select(0, positions)
+        if not self.inner.reads_head_weight:
+            if head is None:
+                raise ValueError("the compacted logits path needs the LM-head module (head=)")
+            rows = head(rows)
+        return self.inner.score(
+            calls,
+            rows,
+            targets,
+            num_tokens,
+            num_digits,
+            head_weight=head_weight,
+            vocab_slice=vocab_slice,
+            spans=spans,
+            positions=positions,
         )
 
 
 def build_loss_path(
-    name: str, chunk_size: int = 256, num_chunks: Optional[int] = None, setting: str = "loss_path"
+    name: str,
+    chunk_size: int = 256,
+    num_chunks: Optional[int] = None,
+    setting: str = "loss_path",
+    compact: bool = False,
 ) -> LossPath:
     """The :class:`LossPath` called ``name`` (one of :data:`LOSS_PATHS`; ValueError naming
-    ``setting`` otherwise); ``chunk_size`` and ``num_chunks`` configure the chunked path."""
-    if loss_path_name(name, setting) == "chunked":
-        return ChunkedPath(chunk_size, num_chunks)
-    return LogitsPath()
+    ``setting`` otherwise); ``chunk_size`` and ``num_chunks`` configure the chunked path;
+    ``compact``: that path on the scored positions alone (:class:`CompactedPath`)."""
+    path = ChunkedPath(chunk_size, num_chunks) if loss_path_name(name, setting) == "chunked" else LogitsPath()
+    return CompactedPath(path) if compact else path
 
 
 def loss_on_path(

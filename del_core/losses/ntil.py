@@ -27,7 +27,7 @@ import torch
 from ..vocab import DigitVocab
 from .base import Batch, DigitAuxLoss, LossNeeds
 from .digit_terms import ntl_was_term
-from .number_runs import ShardRuns, number_sum, shard_runs
+from .number_runs import ShardRuns, number_sum
 
 NTIL_DEFAULT_WEIGHT = 0.3  # the released ntil_lambda
 RATIO_EPS = 1e-10  # the released code's guard in CE / term
@@ -45,7 +45,8 @@ def hashed_uniform(like: torch.Tensor, key: torch.Tensor, positions: Optional[to
     """Uniform numbers in (0, 1) shaped and typed like ``like``, a hash of each element's index and
     the int64 0-dim ``key``: no generator object (so it compiles), the same numbers on every device.
     ``positions`` [N] (``like`` [N, C]): the rows' indices in the whole batch (a sequence-parallel
-    shard draws the numbers of its positions in the whole batch); None: ``0..N-1``."""
+    shard, or a call on the scored positions alone, draws the numbers of its positions in the whole
+    batch); None: ``0..N-1``."""
     index = torch.arange(like.numel(), device=like.device, dtype=torch.int64).view(like.shape)
     if positions is not None:
         columns = like.shape[-1]
@@ -185,7 +186,7 @@ class NTILLoss(DigitAuxLoss):
 
     def _noise(self, like: torch.Tensor, positions: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
         """[N, 10] scaled Gumbel noise for this call (at ``positions`` of the whole batch under
-        sequence parallelism), or None at ``noise_scale`` 0."""
+        sequence parallelism or compaction), or None at ``noise_scale`` 0."""
         if self.noise_scale == 0:
             return None
         key = (self.noise_base + self.noise_calls * 0x632BE5AB) & _MASK32
@@ -193,7 +194,7 @@ class NTILLoss(DigitAuxLoss):
         return gumbel_noise(like, key.to(like.device), self.noise_scale, positions)
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        layout = shard_runs(batch.spans, batch.rows, False, self.sequence_shard)
+        layout = batch.number_runs(False, self.sequence_shard)
         logits = batch.digit_logits
         return ntil_sequence_terms(logits, layout, self.weights, self._noise(logits, layout.positions), self.tau)
 

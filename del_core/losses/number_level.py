@@ -19,7 +19,7 @@ import torch
 
 from ..vocab import DigitVocab
 from .base import Batch, DigitAuxLoss, LossNeeds
-from .number_runs import ShardRuns, number_sum, shard_runs
+from .number_runs import ShardRuns, number_sum
 
 # ntloss's eps of the relative error: its number values are float32 whatever the logits' dtype.
 RELATIVE_ERROR_EPS = float(torch.finfo(torch.float32).eps)
@@ -82,7 +82,7 @@ class NumberLevelLoss(DigitAuxLoss):
         return not self.reweigh
 
     def digit_part(self, batch: Batch) -> torch.Tensor:
-        layout = shard_runs(batch.spans, batch.rows, self.float_level, self.sequence_shard)
+        layout = batch.number_runs(self.float_level, self.sequence_shard)
         logits = batch.digit_logits
         mass = torch.zeros_like(batch.stats.ce)
         if self.reweigh:

@@ -122,9 +122,10 @@ class ShardRuns(NamedTuple):
                ``[rows, parts * T]`` batch: the same id on every rank of the group) and
                ``is_run_start`` marks the one rank that holds a number's first digit (its owner).
     slots:     the length of a per-number vector (the whole batch's positions).
-    positions: [N] int64, each position's flat index in the whole batch, or None (no cut).
+    positions: [N] int64, each position's flat index in the whole batch, or None (the call
+               scores every position of its sequences).
     digits_per_row, runs_per_row: [rows] int64 counts of the whole sequences.
-    sum_over_group: a per-number vector summed over the group (identity without a cut).
+    sum_over_group: a per-number vector summed over the group (None without a cut).
     """
 
     runs: NumberRuns
@@ -139,17 +140,31 @@ class ShardRuns(NamedTuple):
 _POINT_CODE = 11
 
 
-def shard_runs(spans: NumberSpans, rows: int, join_points: bool, shard: Optional[SequenceShard]) -> ShardRuns:
+def shard_runs(
+    spans: NumberSpans,
+    rows: int,
+    join_points: bool,
+    shard: Optional[SequenceShard],
+    positions: Optional[torch.Tensor] = None,
+) -> ShardRuns:
     """The runs of a loss batch's flattened spans ([N] each, ``rows`` sequences).
 
-    Without ``shard`` (or with one part) the runs of the call's own sequences. With a shard, each
-    rank puts its positions' digit / point codes (one int64 per position) into its slot of the whole
-    batch, the group sums them (every rank then holds the whole sequences' digits, never logits),
-    and the runs are those of the whole sequences, read at this rank's positions."""
+    Without ``shard`` (or with one part) the runs of the call's own sequences; with ``positions``
+    ([M] int64 flat indices into the spans: the rows a compacted call scores) the runs of the whole
+    sequences read at those positions, so that two numbers with ignored positions between them stay
+    two numbers. With a shard, each rank puts its positions' digit / point codes (one int64 per
+    position) into its slot of the whole batch, the group sums them (every rank then holds the
+    whole sequences' digits, never logits), and the runs are those of the whole sequences, read
+    at this rank's positions."""
     if shard is None or shard.parts == 1:
         runs = batch_runs(spans, rows, join_points)
         digits, starts = per_row_count(runs.is_digit, runs, rows), per_row_count(runs.is_run_start, runs, rows)
-        return ShardRuns(runs, runs.is_digit.numel(), None, digits, starts, None)
+        if positions is None:
+            return ShardRuns(runs, runs.is_digit.numel(), None, digits, starts, None)
+        read = NumberRuns(*(field.index_select(0, positions) for field in runs))
+        return ShardRuns(read, runs.is_digit.numel(), positions, digits, starts, None)
+    if positions is not None:
+        raise ValueError("a compacted loss call (positions) under sequence parallelism is not supported")
     rows = max(rows, 1)
     local = spans.is_digit.numel() // rows
     code = torch.where(spans.is_digit, spans.digit_value + 1, torch.where(spans.is_point, _POINT_CODE, 0))
@@ -172,17 +187,20 @@ def shard_runs(spans: NumberSpans, rows: int, join_points: bool, shard: Optional
 
 def number_sum(values: torch.Tensor, layout: ShardRuns) -> torch.Tensor:
     """[N] the sum of ``values`` [N] over each number, held at the number's first digit on the rank
-    that owns it (0 elsewhere): :func:`per_run_sum`, across the cut when ``layout`` has one.
+    that owns it (0 elsewhere): :func:`per_run_sum`, across the cut when ``layout`` has one, over
+    the whole batch's per-number vector when the call scores some of its positions.
 
     Across the cut each rank scatters its positions' values into the per-number vector and the
     group sums it. Its backward sums the gradient over the group, which is the exact gradient of
     the summed loss: every rank r reads the same sum ``s = sum_q p_q`` of the ranks' partial sums
     ``p_q``, so ``d(sum_r L_r) / d p_q = sum_r dL_r / ds`` for every q; the owner alone scores a
     number, so each number counts once in ``sum_r L_r``."""
-    if layout.sum_over_group is None:
+    if layout.positions is None:
         return per_run_sum(values, layout.runs)
     runs = layout.runs
     partial = torch.zeros(layout.slots, dtype=values.dtype, device=values.device)
     partial = partial.scatter_add(0, runs.run_start, torch.where(runs.is_digit, values, 0.0))
-    summed = layout.sum_over_group(partial)[runs.run_start]
+    if layout.sum_over_group is not None:
+        partial = layout.sum_over_group(partial)
+    summed = partial[runs.run_start]
     return torch.where(runs.is_run_start, summed, torch.zeros_like(summed))

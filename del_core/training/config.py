@@ -59,6 +59,9 @@ class LossConfig(LossSpec):
     chunk_size: int = 256  # tokens per chunk of the chunked path (one chunk: chunk x V x 6 bytes in bf16)
     compile: bool = False  # torch.compile the loss: one graph, no recompiles across padded lengths
     compile_backend: str = "inductor"  # torch.compile backend (aot_eager: the same ops, for checks)
+    # Only the scored positions (label not -100) go through the LM head and the loss: the same loss,
+    # gradients and metrics, without the prompt's logits; one host sync per micro-batch (its size).
+    compact: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -68,6 +71,8 @@ class LossConfig(LossSpec):
         _check_choice("loss", "path", self.path, LOSS_PATHS)
         _check_choice("loss", "compile_backend", self.compile_backend, ("inductor", "aot_eager", "eager"))
         _check_at_least("loss", {"chunk_size": self.chunk_size}, 1)
+        if not isinstance(self.compact, bool):
+            raise ConfigError(f"loss.compact must be true or false, got {self.compact!r}")
 
 
 @dataclass
@@ -200,9 +205,23 @@ class TrainConfig:
             # adapters' layers, so the adapters would not be sharded consistently with their base.
             raise ConfigError("lora.enabled=true with parallel.tp > 1 is not supported; use parallel.tp=1 (ZeRO-2/3)")
         self._check_sequence_parallel()
+        self._check_compact_loss()
         # The engine's refusals, by key, before anything loads.
         _check_choice("parallel", "engine", self.parallel.engine, ENGINE_NAMES)
         backend_type(self.parallel.engine).check(dotted_values(self))
+
+    def _check_compact_loss(self) -> None:
+        """loss.compact gathers the scored positions of whole, unsharded sequences into one LM head."""
+        if not self.loss.compact:
+            return
+        for key, value, why in (
+            ("parallel.tp", self.parallel.tp, "the LM head's vocabulary shards would each need the same gather"),
+            ("parallel.sp", self.parallel.sp, "a rank holds a shard of each sequence, not the whole labels"),
+        ):
+            if value > 1:
+                raise ConfigError(
+                    f"loss.compact=true with {key}={value} is not supported ({why}); set loss.compact=false"
+                )
 
     def _check_sequence_parallel(self) -> None:
         sp = self.parallel.sp

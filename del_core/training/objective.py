@@ -61,6 +61,8 @@ class CausalLMObjective(torch.nn.Module):
     :class:`del_core.NumberSpans`, computed once where the batch was made.
     compile_loss: a :class:`LossCompilation` to run the loss under ``torch.compile`` (dynamic
     shapes, full graph: a graph break is an error, not a silent slowdown), else None (eager).
+    compact: the path on the scored positions alone (:class:`del_core.losses.CompactedPath`: the
+    LM head and the loss see the rows whose target is not -100; one host sync per micro-batch).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class CausalLMObjective(torch.nn.Module):
         loss_path: str = "logits",
         chunk_size: int = 256,
         compile_loss: Optional[LossCompilation] = None,
+        compact: bool = False,
     ):
         super().__init__()
         self.lm = lm
@@ -77,7 +80,7 @@ class CausalLMObjective(torch.nn.Module):
         self._loss_fn = (loss_fn,)
         self.chunk_size = chunk_size
         self.compilation = compile_loss
-        self.path: LossPath = build_loss_path(loss_path, chunk_size, self._num_chunks(), "loss_path")
+        self.path: LossPath = build_loss_path(loss_path, chunk_size, self._num_chunks(), "loss_path", compact)
         self._compiled = None  # the compiled LossCalls, built on first use
         self.vocab_slice = None  # set by use_vocab_parallel_head under tensor parallelism
         self.tp_group = None
@@ -140,7 +143,8 @@ class CausalLMObjective(torch.nn.Module):
         spans: Optional[NumberSpans] = None,
     ) -> dict[str, torch.Tensor]:
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        output = self.path.model_output(ObjectiveRun(self, inputs))
+        run = ObjectiveRun(self, inputs)
+        output = self.path.model_output(run)
         out = self.path.score(
             self._loss_calls(),
             output,
@@ -150,6 +154,7 @@ class CausalLMObjective(torch.nn.Module):
             head_weight=self.head_weight,
             vocab_slice=self.vocab_slice,
             spans=spans,
+            head=run.head,
         )
         return as_named_tensors(out)
 
@@ -173,7 +178,9 @@ def build_objective(
     if loss.compile:
         compilation = LossCompilation(loss.compile_backend, max_tokens)
         log(f"[loss] torch.compile({loss.name}, backend={loss.compile_backend}, dynamic shapes)")
-    return CausalLMObjective(model, loss_fn, loss.path, loss.chunk_size, compilation)
+    if loss.compact:
+        log(f"[loss] compacted: the LM head and the loss run on the scored positions alone ({loss.path} path)")
+    return CausalLMObjective(model, loss_fn, loss.path, loss.chunk_size, compilation, loss.compact)
 
 
 class ObjectiveRun:
@@ -197,3 +204,7 @@ class ObjectiveRun:
 
     def head_weight(self) -> torch.Tensor:
         return self.objective.head_weight()
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        """The LM-head module on ``rows`` [M, H]: [M, V] (its engine hooks run)."""
+        return self.objective.lm.get_output_embeddings()(rows)

@@ -120,6 +120,26 @@ def test_compiled_loss_matches(base, reference, tmp_path):
     _close(train_losses(out), reference)
 
 
+def test_compacted_loss_matches(base, reference, tmp_path):
+    """loss.compact=true (the LM head and the loss on the answers' positions alone; the synthetic
+    rows are mostly prompt) trains to the same losses as the full logits, in one process."""
+    out = tmp_path / "run"
+    proc = run_train(1, {**base, "loss.compact": "true", "run.output_dir": out})
+    assert "[loss] compacted: the LM head and the loss run on the scored positions alone" in proc.stdout + proc.stderr
+    _close(train_losses(out), reference)
+
+
+@pytest.mark.parametrize("path", ["logits", "chunked"])
+def test_zero3_compacted_loss_matches(base, reference, tmp_path, path):
+    """loss.compact=true under ZeRO-3: on the logits path the LM-head module's own hooks gather its
+    partitioned (tied) weight for the gathered rows; on the chunked path the loss reads the weight
+    once per micro-batch, gathered for the objective's forward and backward, whatever the chunks."""
+    out = tmp_path / "run"
+    overrides = {"parallel.zero_stage": 3, "loss.compact": "true", "loss.path": path, "loss.chunk_size": 37}
+    run_train(2, {**base, **overrides, "run.output_dir": out})
+    _close(train_losses(out), reference)
+
+
 def test_zero3_offload_matches(base, reference, tmp_path):
     out = tmp_path / "run"
     proc = run_train(2, {**base, "parallel.offload": "true", "run.output_dir": out})

@@ -127,6 +127,7 @@ def test_the_recipe_section_is_the_record():
         "chunk_size",
         "compile",
         "compile_backend",
+        "compact",
     ]
     built = load_train_config(None, ["loss=dist2", "loss.weight=0.2", "loss.options={tau: 0.5}"]).loss.build(VOCAB)
     assert (built.name, built.weight, built.tau) == ("dist2", 0.2, 0.5)

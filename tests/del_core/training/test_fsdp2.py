@@ -104,6 +104,15 @@ def test_chunked_loss_reads_the_whole_head_inside_the_root_unit(runs):
 
 @pytest.mark.launches
 @pytest.mark.slow
+def test_compacted_loss_runs_the_head_module_inside_the_root_unit(runs):
+    """loss.compact=true at 2 ranks: the LM-head module (tied, sharded outside the root's forward)
+    on the gathered scored rows gives the single process's full-logits losses and norms."""
+    compact = runs("compact", 2, **{"loss.compact": "true"})
+    _close_losses(compact, runs("one", 1), [1, 2, 3])
+
+
+@pytest.mark.launches
+@pytest.mark.slow
 def test_resume_at_another_world_size_repeats_the_losses(runs):
     """2 -> 4 ranks from step 1 and 4 -> 1 rank from step 2 (torch.distributed.checkpoint
     reshards model and optimizer state): the uninterrupted 2-rank run's losses and norms."""
