@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import hf_trainer_worker as worker
 import pytest
@@ -144,7 +145,9 @@ def run_gaps(run: tuple[list[dict], dict], reference: tuple[list[dict], dict]) -
     }
 
 
-def one_batch_trainer(tiny_model, tokenizer, rows, tmp_path, loss: str, loss_path: str = "logits") -> DELTrainer:
+def one_batch_trainer(
+    tiny_model, tokenizer, rows, tmp_path, loss: str, loss_path: str = "logits", loss_options=None
+) -> DELTrainer:
     from transformers import AutoModelForCausalLM
 
     args = worker.training_arguments(tmp_path, layout("one", 4, 1))
@@ -157,17 +160,50 @@ def one_batch_trainer(tiny_model, tokenizer, rows, tmp_path, loss: str, loss_pat
         processing_class=tokenizer,
         loss=loss,
         loss_path=loss_path,
+        loss_options=loss_options,
         chunk_size=5,
     )
 
 
-@pytest.mark.parametrize("name, loss_path", [("del", "logits"), ("mle", "logits"), ("del", "chunked")])
-def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, tiny_model, tokenizer, spec, tmp_path):
+NEWER_LOSSES = ("number_level", "smmd", "ntil")
+
+
+def reference_loss(model, batch: dict, name: str, vocab, options: Optional[dict]):
+    """``build_loss(name, vocab, **options)`` on the model's logits [B, T, V] of ``batch`` and its
+    targets ``labels[:, 1:]`` with one ignored position appended (the last input position predicts
+    nothing): the [B, T] grid the adapter scores, whose flat positions key NTIL's Gumbel noise."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    targets = torch.nn.functional.pad(batch["labels"][:, 1:], (0, 1), value=-100)
+    return build_loss(name, vocab, **(options or {}))(logits, targets).loss
+
+
+def parameter_gradients(model, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    return grads
+
+
+def gradient_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max((a[n] - b[n]).abs().max().item() for n in a)
+
+
+@pytest.mark.parametrize(
+    "name, loss_path, options",
+    [("del", "logits", None), ("mle", "logits", None), ("del", "chunked", None)]
+    + [(name, path, None) for name in NEWER_LOSSES for path in ("logits", "chunked")]
+    + [("number_level", "logits", {"float_level": True}), ("ntil", "logits", {"noise_scale": 0.0})],
+)
+def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, options, tiny_model, tokenizer, spec, tmp_path):
     """No accumulation, one process: the loss the adapter returns (and its gradient) is
-    ``build_loss(name, vocab)(logits[:, :-1], labels[:, 1:])`` to 1e-6, from the logits or chunked
-    from the hidden states; its window counts are the Trainer's own ``num_items_in_batch`` and the
-    labels' digit positions."""
-    trainer = one_batch_trainer(tiny_model, tokenizer, spec["rows"][:4], tmp_path, name, loss_path)
+    ``build_loss(name, vocab, **options)`` on the model's logits and the shifted labels to 1e-6,
+    from the logits or chunked from the hidden states; its window counts are the Trainer's own
+    ``num_items_in_batch`` and the labels' digit positions. NTIL with its default Gumbel noise
+    (scale 0.01) draws the same noise as that call: its forward value does not show the noise (the
+    term is rescaled to 0.3 CE), but the straight-through gradient does (noise off moves it by far
+    more than the tolerance, asserted)."""
+    trainer = one_batch_trainer(tiny_model, tokenizer, spec["rows"][:4], tmp_path, name, loss_path, options)
     model = trainer.model.train()
     batch = next(iter(trainer.get_train_dataloader()))
     _, num_items = trainer.get_batch_samples(iter([batch]), 1, trainer.args.device)
@@ -177,17 +213,17 @@ def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, tiny_mode
     assert int(window.num_digits) == int(number_spans(batch["labels"][:, 1:], vocab).is_digit.sum()) > 0
 
     loss = trainer.compute_loss(model, dict(batch))
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    reference = build_loss(name, vocab)(logits[:, :-1], batch["labels"][:, 1:]).loss
-    reference.backward()
+    grads = parameter_gradients(model, loss)
+    reference = reference_loss(model, batch, name, vocab, options)
+    reference_grads = parameter_gradients(model, reference)
     # The chunked path multiplies hidden states by the head in chunks: the same fp32 sums in another
     # order (measured gaps ~1.5e-6 in the gradients, machine-dependent).
     tol = 1e-6 if loss_path == "logits" else 1e-5
     assert abs(loss.item() - reference.item()) <= tol, (loss.item(), reference.item())
-    assert max((grads[n] - p.grad).abs().max().item() for n, p in model.named_parameters()) <= tol
+    assert gradient_gap(grads, reference_grads) <= tol
+    if name == "ntil" and options is None:
+        noiseless = parameter_gradients(model, reference_loss(model, batch, name, vocab, {"noise_scale": 0.0}))
+        assert gradient_gap(grads, noiseless) > 100 * tol, gradient_gap(grads, noiseless)
 
 
 # --- (2) 1 process x accumulation 4 == 2 processes x accumulation 2 == the whole batch ----------
