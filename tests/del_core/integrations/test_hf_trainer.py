@@ -91,7 +91,7 @@ def launch(nproc: int, spec: dict, runs: list[dict]) -> None:
     path.write_text(json.dumps({**spec, "runs": runs}))
     command = torchrun_command(nproc, WORKER, path)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise AssertionError(f"worker exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
 
@@ -294,8 +294,32 @@ def one_process_sft(spec) -> dict:
     return {run["name"]: result(spec, run["name"])}
 
 
+# Newer losses under the Trainer's FSDP2 (run "fsdp2-2x2-" + key): SMMD, number_level through
+# DELSFTTrainer, and NTIL on the chunked path (its step pre-pass runs the FSDP2 model without
+# gradients; noise off, since its draws are keyed by the positions of each micro-batch, which 1x4
+# and 2x2 split differently). Their 1x4 references: "1x4-" + key.
+NEWER_LOSS_RUNS = {
+    "smmd": {"loss": "smmd"},
+    "sft-number_level": {"loss": "number_level", "trainer": "sft"},
+    "ntil-chunked": {"loss": "ntil", "loss_options": {"noise_scale": 0.0}, "loss_path": "chunked"},
+}
+
+
+@pytest.fixture(scope="module")
+def one_process_newer_losses(spec) -> dict:
+    """The 1x4 runs of :data:`NEWER_LOSS_RUNS`, in this process."""
+    pytest.importorskip("trl")
+    runs = [layout(f"1x4-{key}", 2, 4, **options) for key, options in NEWER_LOSS_RUNS.items()]
+    for run in runs:
+        worker.save(worker.train(spec, run), Path(spec["out"]), run["name"])
+    return {run["name"]: result(spec, run["name"]) for run in runs}
+
+
 def fsdp2_reference(run: dict) -> str:
-    """The 1-process run an FSDP2 run must equal: 1x4 with the same trainer, loss path, LoRA and lambda."""
+    """The 1-process run an FSDP2 run must equal: 1x4 with the same trainer, loss, loss path, LoRA
+    and lambda."""
+    if run.get("loss"):
+        return "1x4-" + run["name"].removeprefix("fsdp2-2x2-")
     if run.get("trainer") == "sft":
         return "1x4-sft"
     name = "1x4-lora-auto" if run.get("lora") else "1x4"
@@ -330,14 +354,17 @@ def assert_equal_runs(gaps: dict) -> None:
 
 
 @pytest.mark.launches
-def test_fsdp2_two_processes_match_one_process(spec, one_process, one_process_lora, one_process_sft):
+def test_fsdp2_two_processes_match_one_process(
+    spec, one_process, one_process_lora, one_process_sft, one_process_newer_losses
+):
     """2 processes x accumulation 2 under the Trainer's FSDP2 ("full_shard auto_wrap", one unit per
     decoder layer, accelerate's unit of the tied embedding/head and final norm, gloo on the CPU):
     on the logits path, on the chunked path (the LM-head weight read after the forward, whole
     because accelerate keeps the head's unit unsharded until the backward), and with LoRA adapters,
-    loss_weight="auto" and the CPU offload policy; and DELSFTTrainer (TRL). Each equals its 1x4 run
-    in step losses, gradient norms and final weights. The chunked loss scored against this rank's
-    shard of the head (the defect FSDP2 invites) moves the losses."""
+    loss_weight="auto" and the CPU offload policy; DELSFTTrainer (TRL); and the newer losses of
+    :data:`NEWER_LOSS_RUNS`. Each equals its 1x4 run in step losses, gradient norms and final
+    weights. The chunked loss scored against this rank's shard of the head (the defect FSDP2
+    invites) moves the losses."""
     runs = [
         layout("fsdp2-2x2", 2, 2, fsdp=FSDP),
         layout("fsdp2-2x2-chunked", 2, 2, fsdp=FSDP, loss_path="chunked"),
@@ -345,8 +372,10 @@ def test_fsdp2_two_processes_match_one_process(spec, one_process, one_process_lo
         layout("fsdp2-2x2-sft", 2, 2, fsdp=FSDP, trainer="sft"),
         layout("fsdp2-2x2-chunked-local-head", 2, 2, fsdp=FSDP, loss_path="chunked", variant="local_head_shard"),
     ]
+    runs += [layout(f"fsdp2-2x2-{key}", 2, 2, fsdp=FSDP, **options) for key, options in NEWER_LOSS_RUNS.items()]
     launch(2, spec, runs)
-    gaps = fsdp2_gaps(spec, {**one_process, **one_process_lora, **one_process_sft}, runs)
+    references = {**one_process, **one_process_lora, **one_process_sft, **one_process_newer_losses}
+    gaps = fsdp2_gaps(spec, references, runs)
     defect = gaps.pop("fsdp2-2x2-chunked-local-head")
     assert_equal_runs(gaps)
     assert defect["loss"] > 100 * TOL and defect["weights"] > 100 * TOL, defect
