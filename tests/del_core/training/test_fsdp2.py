@@ -163,6 +163,53 @@ def test_newer_losses_under_zero3_train_like_one_process(runs, loss):
     assert_same_run(zero3, _newer_loss_run(runs, loss, 1), RTOL, grad_norm=True)
 
 
+def _first_step_rows(overrides: dict, ranks: int) -> tuple[list, list[list]]:
+    """The tokenizer and, per rank, the training items of step 1 of a run at ``ranks`` ranks."""
+    from del_core.tokenizers import load_tokenizer
+    from del_core.training.schedule import StepPlan
+    from del_core.training.trainer import training_data
+
+    config = load_train_config(None, [f"{k}={v}" for k, v in overrides.items()])
+    tokenizer = load_tokenizer(Path(config.model.name))
+    items = training_data(config, tokenizer, lambda *_: None).items
+    run = config.run
+    plan = StepPlan(len(items), run.global_batch_size, run.micro_batch_size, ranks, run.seed)
+    return tokenizer, [[items[i] for micro in plan.micro_batches(0, rank) for i in micro] for rank in range(ranks)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["number_level", "smmd"])
+def test_a_rank_local_digit_count_would_fail_the_two_rank_comparison(runs, loss):
+    """What the 2-rank comparisons above catch: step 1's two halves (the ranks' rows) scored with
+    the global token count but each rank's own digit count (69 and 73 of 142) give a step loss
+    off the whole batch's (the 1-process run's step-1 loss) by 2.3e-3 (number_level) and 7.4e-2
+    (SMMD) relative, against RTOL = 3e-5. In this process: forwards of 8 rows at the initial
+    weights. (NTIL's whole-batch CE / term ratio: tests/recipes/test_train.py.)"""
+    from transformers import AutoModelForCausalLM
+
+    from del_core import DigitVocab, build_loss, number_spans
+    from del_core.data import collate
+
+    tokenizer, halves = _first_step_rows({**runs.base, "run.output_dir": "unused"}, 2)
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    loss_fn = build_loss(loss, vocab)
+    model = AutoModelForCausalLM.from_pretrained(runs.base["model"], dtype=torch.float32)
+    batches = [collate(half, tokenizer.eos_token_id) for half in halves]
+    tokens = [int((b.targets != -100).sum()) for b in batches]
+    digits = [int(number_spans(b.targets, vocab).is_digit.sum()) for b in batches]
+
+    def step_loss(digit_counts: list[int]) -> float:
+        total = 0.0
+        for batch, num_digits in zip(batches, digit_counts):
+            with torch.no_grad():
+                logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            total += loss_fn(logits, batch.targets, sum(tokens), num_digits).loss.item()
+        return total
+
+    whole, rank_local = step_loss([sum(digits)] * 2), step_loss(digits)
+    assert abs(rank_local / whole - 1) > 30 * RTOL, (whole, rank_local)
+
+
 @pytest.mark.parametrize(
     "override, key",
     [
