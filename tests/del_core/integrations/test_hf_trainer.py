@@ -8,7 +8,8 @@ in one forward), 2 processes x accumulation 2 ("2x2", DDP over gloo), and 2 x 2 
 ZeRO-3 and ZeRO-2 through the Trainer's ``deepspeed=`` argument (both loss paths), DeepSpeed Ulysses
 sequence parallelism (sp=2 with 2 processes, sp=2 x dp=2 with 4) and torch FSDP2 through the
 Trainer's ``fsdp=`` arguments (2 x 2 and 4 x 1, gloo on the CPU: the test worker lifts accelerate's
-gate that keeps FSDP to GPUs, :func:`hf_trainer_worker.allow_fsdp_on_cpu`).
+gate that keeps FSDP to GPUs, :func:`hf_trainer_worker.allow_fsdp_on_cpu`). The newer losses
+(number_level, SMMD, NTIL) are checked in one batch on both loss paths and under FSDP2 at 2 x 2.
 Module time: ~5-6 min on 2 cores shared with other jobs (load ~8; seven subprocess launches).
 """
 
