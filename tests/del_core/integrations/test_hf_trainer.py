@@ -167,6 +167,11 @@ def one_batch_trainer(
 
 
 NEWER_LOSSES = ("number_level", "smmd", "ntil")
+# (name, loss path, options): 3-10 s each on 2 busy cores, past the unit tier's budget (marked slow)
+NEWER_LOSS_ONE_BATCH_CASES = [(name, path, None) for name in NEWER_LOSSES for path in ("logits", "chunked")] + [
+    ("number_level", "logits", {"float_level": True}),
+    ("ntil", "logits", {"noise_scale": 0.0}),
+]
 
 
 def reference_loss(model, batch: dict, name: str, vocab, options: Optional[dict]):
@@ -193,8 +198,7 @@ def gradient_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> floa
 @pytest.mark.parametrize(
     "name, loss_path, options",
     [("del", "logits", None), ("mle", "logits", None), ("del", "chunked", None)]
-    + [(name, path, None) for name in NEWER_LOSSES for path in ("logits", "chunked")]
-    + [("number_level", "logits", {"float_level": True}), ("ntil", "logits", {"noise_scale": 0.0})],
+    + [pytest.param(*case, marks=pytest.mark.slow) for case in NEWER_LOSS_ONE_BATCH_CASES],
 )
 def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, options, tiny_model, tokenizer, spec, tmp_path):
     """No accumulation, one process: the loss the adapter returns (and its gradient) is
