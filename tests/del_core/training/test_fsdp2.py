@@ -7,7 +7,7 @@ Six runs, each started once and shared by the assertions (:class:`LazyRuns`): FS
 sharded outside the root unit's forward), CPU offload, gradient checkpointing and held-out
 evaluation, a resume of the 2-rank run's
 step-1 checkpoint at 4 ranks, a resume of that run's step-2 checkpoint at 1 rank, and DeepSpeed
-ZeRO-3 at 2 ranks. The newer losses add eight (about 20 s each alone): number_level, SMMD and NTIL
+ZeRO-3 at 2 ranks. The newer losses add eight (about 25 s each on 2 busy cores): number_level, SMMD and NTIL
 at 1 process and 2 ranks, number_level and SMMD under ZeRO-3 at 2 ranks.
 """
 
