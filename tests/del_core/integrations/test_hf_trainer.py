@@ -8,7 +8,8 @@ in one forward), 2 processes x accumulation 2 ("2x2", DDP over gloo), and 2 x 2 
 ZeRO-3 and ZeRO-2 through the Trainer's ``deepspeed=`` argument (both loss paths), DeepSpeed Ulysses
 sequence parallelism (sp=2 with 2 processes, sp=2 x dp=2 with 4) and torch FSDP2 through the
 Trainer's ``fsdp=`` arguments (2 x 2 and 4 x 1, gloo on the CPU: the test worker lifts accelerate's
-gate that keeps FSDP to GPUs, :func:`hf_trainer_worker.allow_fsdp_on_cpu`).
+gate that keeps FSDP to GPUs, :func:`hf_trainer_worker.allow_fsdp_on_cpu`). The newer losses
+(number_level, SMMD, NTIL) are checked in one batch on both loss paths and under FSDP2 at 2 x 2.
 Module time: ~5-6 min on 2 cores shared with other jobs (load ~8; seven subprocess launches).
 """
 
@@ -20,6 +21,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import hf_trainer_worker as worker
 import pytest
@@ -90,7 +92,7 @@ def launch(nproc: int, spec: dict, runs: list[dict]) -> None:
     path.write_text(json.dumps({**spec, "runs": runs}))
     command = torchrun_command(nproc, WORKER, path)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise AssertionError(f"worker exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
 
@@ -144,7 +146,9 @@ def run_gaps(run: tuple[list[dict], dict], reference: tuple[list[dict], dict]) -
     }
 
 
-def one_batch_trainer(tiny_model, tokenizer, rows, tmp_path, loss: str, loss_path: str = "logits") -> DELTrainer:
+def one_batch_trainer(
+    tiny_model, tokenizer, rows, tmp_path, loss: str, loss_path: str = "logits", loss_options=None
+) -> DELTrainer:
     from transformers import AutoModelForCausalLM
 
     args = worker.training_arguments(tmp_path, layout("one", 4, 1))
@@ -157,17 +161,54 @@ def one_batch_trainer(tiny_model, tokenizer, rows, tmp_path, loss: str, loss_pat
         processing_class=tokenizer,
         loss=loss,
         loss_path=loss_path,
+        loss_options=loss_options,
         chunk_size=5,
     )
 
 
-@pytest.mark.parametrize("name, loss_path", [("del", "logits"), ("mle", "logits"), ("del", "chunked")])
-def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, tiny_model, tokenizer, spec, tmp_path):
+NEWER_LOSSES = ("number_level", "smmd", "ntil")
+# (name, loss path, options): 3-10 s each on 2 busy cores, past the unit tier's budget (marked slow)
+NEWER_LOSS_ONE_BATCH_CASES = [(name, path, None) for name in NEWER_LOSSES for path in ("logits", "chunked")] + [
+    ("number_level", "logits", {"float_level": True}),
+    ("ntil", "logits", {"noise_scale": 0.0}),
+]
+
+
+def reference_loss(model, batch: dict, name: str, vocab, options: Optional[dict]):
+    """``build_loss(name, vocab, **options)`` on the model's logits [B, T, V] of ``batch`` and its
+    targets ``labels[:, 1:]`` with one ignored position appended (the last input position predicts
+    nothing): the [B, T] grid the adapter scores, whose flat positions key NTIL's Gumbel noise."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    targets = torch.nn.functional.pad(batch["labels"][:, 1:], (0, 1), value=-100)
+    return build_loss(name, vocab, **(options or {}))(logits, targets).loss
+
+
+def parameter_gradients(model, loss: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    return grads
+
+
+def gradient_gap(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    return max((a[n] - b[n]).abs().max().item() for n in a)
+
+
+@pytest.mark.parametrize(
+    "name, loss_path, options",
+    [("del", "logits", None), ("mle", "logits", None), ("del", "chunked", None)]
+    + [pytest.param(*case, marks=pytest.mark.slow) for case in NEWER_LOSS_ONE_BATCH_CASES],
+)
+def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, options, tiny_model, tokenizer, spec, tmp_path):
     """No accumulation, one process: the loss the adapter returns (and its gradient) is
-    ``build_loss(name, vocab)(logits[:, :-1], labels[:, 1:])`` to 1e-6, from the logits or chunked
-    from the hidden states; its window counts are the Trainer's own ``num_items_in_batch`` and the
-    labels' digit positions."""
-    trainer = one_batch_trainer(tiny_model, tokenizer, spec["rows"][:4], tmp_path, name, loss_path)
+    ``build_loss(name, vocab, **options)`` on the model's logits and the shifted labels to 1e-6,
+    from the logits or chunked from the hidden states; its window counts are the Trainer's own
+    ``num_items_in_batch`` and the labels' digit positions. NTIL with its default Gumbel noise
+    (scale 0.01) draws the same noise as that call: its forward value does not show the noise (the
+    term is rescaled to 0.3 CE), but the straight-through gradient does (noise off moves it by far
+    more than the tolerance, asserted)."""
+    trainer = one_batch_trainer(tiny_model, tokenizer, spec["rows"][:4], tmp_path, name, loss_path, options)
     model = trainer.model.train()
     batch = next(iter(trainer.get_train_dataloader()))
     _, num_items = trainer.get_batch_samples(iter([batch]), 1, trainer.args.device)
@@ -177,17 +218,17 @@ def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, tiny_mode
     assert int(window.num_digits) == int(number_spans(batch["labels"][:, 1:], vocab).is_digit.sum()) > 0
 
     loss = trainer.compute_loss(model, dict(batch))
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
-    reference = build_loss(name, vocab)(logits[:, :-1], batch["labels"][:, 1:]).loss
-    reference.backward()
+    grads = parameter_gradients(model, loss)
+    reference = reference_loss(model, batch, name, vocab, options)
+    reference_grads = parameter_gradients(model, reference)
     # The chunked path multiplies hidden states by the head in chunks: the same fp32 sums in another
     # order (measured gaps ~1.5e-6 in the gradients, machine-dependent).
     tol = 1e-6 if loss_path == "logits" else 1e-5
     assert abs(loss.item() - reference.item()) <= tol, (loss.item(), reference.item())
-    assert max((grads[n] - p.grad).abs().max().item() for n, p in model.named_parameters()) <= tol
+    assert gradient_gap(grads, reference_grads) <= tol
+    if name == "ntil" and options is None:
+        noiseless = parameter_gradients(model, reference_loss(model, batch, name, vocab, {"noise_scale": 0.0}))
+        assert gradient_gap(grads, noiseless) > 100 * tol, gradient_gap(grads, noiseless)
 
 
 # --- (2) 1 process x accumulation 4 == 2 processes x accumulation 2 == the whole batch ----------
@@ -258,8 +299,32 @@ def one_process_sft(spec) -> dict:
     return {run["name"]: result(spec, run["name"])}
 
 
+# Newer losses under the Trainer's FSDP2 (run "fsdp2-2x2-" + key): SMMD, number_level through
+# DELSFTTrainer, and NTIL on the chunked path (its step pre-pass runs the FSDP2 model without
+# gradients; noise off, since its draws are keyed by the positions of each micro-batch, which 1x4
+# and 2x2 split differently). Their 1x4 references: "1x4-" + key.
+NEWER_LOSS_RUNS = {
+    "smmd": {"loss": "smmd"},
+    "sft-number_level": {"loss": "number_level", "trainer": "sft"},
+    "ntil-chunked": {"loss": "ntil", "loss_options": {"noise_scale": 0.0}, "loss_path": "chunked"},
+}
+
+
+@pytest.fixture(scope="module")
+def one_process_newer_losses(spec) -> dict:
+    """The 1x4 runs of :data:`NEWER_LOSS_RUNS`, in this process."""
+    pytest.importorskip("trl")
+    runs = [layout(f"1x4-{key}", 2, 4, **options) for key, options in NEWER_LOSS_RUNS.items()]
+    for run in runs:
+        worker.save(worker.train(spec, run), Path(spec["out"]), run["name"])
+    return {run["name"]: result(spec, run["name"]) for run in runs}
+
+
 def fsdp2_reference(run: dict) -> str:
-    """The 1-process run an FSDP2 run must equal: 1x4 with the same trainer, loss path, LoRA and lambda."""
+    """The 1-process run an FSDP2 run must equal: 1x4 with the same trainer, loss, loss path, LoRA
+    and lambda."""
+    if run.get("loss"):
+        return "1x4-" + run["name"].removeprefix("fsdp2-2x2-")
     if run.get("trainer") == "sft":
         return "1x4-sft"
     name = "1x4-lora-auto" if run.get("lora") else "1x4"
@@ -294,14 +359,17 @@ def assert_equal_runs(gaps: dict) -> None:
 
 
 @pytest.mark.launches
-def test_fsdp2_two_processes_match_one_process(spec, one_process, one_process_lora, one_process_sft):
+def test_fsdp2_two_processes_match_one_process(
+    spec, one_process, one_process_lora, one_process_sft, one_process_newer_losses
+):
     """2 processes x accumulation 2 under the Trainer's FSDP2 ("full_shard auto_wrap", one unit per
     decoder layer, accelerate's unit of the tied embedding/head and final norm, gloo on the CPU):
     on the logits path, on the chunked path (the LM-head weight read after the forward, whole
     because accelerate keeps the head's unit unsharded until the backward), and with LoRA adapters,
-    loss_weight="auto" and the CPU offload policy; and DELSFTTrainer (TRL). Each equals its 1x4 run
-    in step losses, gradient norms and final weights. The chunked loss scored against this rank's
-    shard of the head (the defect FSDP2 invites) moves the losses."""
+    loss_weight="auto" and the CPU offload policy; DELSFTTrainer (TRL); and the newer losses of
+    :data:`NEWER_LOSS_RUNS`. Each equals its 1x4 run in step losses, gradient norms and final
+    weights. The chunked loss scored against this rank's shard of the head (the defect FSDP2
+    invites) moves the losses."""
     runs = [
         layout("fsdp2-2x2", 2, 2, fsdp=FSDP),
         layout("fsdp2-2x2-chunked", 2, 2, fsdp=FSDP, loss_path="chunked"),
@@ -309,8 +377,10 @@ def test_fsdp2_two_processes_match_one_process(spec, one_process, one_process_lo
         layout("fsdp2-2x2-sft", 2, 2, fsdp=FSDP, trainer="sft"),
         layout("fsdp2-2x2-chunked-local-head", 2, 2, fsdp=FSDP, loss_path="chunked", variant="local_head_shard"),
     ]
+    runs += [layout(f"fsdp2-2x2-{key}", 2, 2, fsdp=FSDP, **options) for key, options in NEWER_LOSS_RUNS.items()]
     launch(2, spec, runs)
-    gaps = fsdp2_gaps(spec, {**one_process, **one_process_lora, **one_process_sft}, runs)
+    references = {**one_process, **one_process_lora, **one_process_sft, **one_process_newer_losses}
+    gaps = fsdp2_gaps(spec, references, runs)
     defect = gaps.pop("fsdp2-2x2-chunked-local-head")
     assert_equal_runs(gaps)
     assert defect["loss"] > 100 * TOL and defect["weights"] > 100 * TOL, defect

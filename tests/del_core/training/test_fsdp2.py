@@ -7,7 +7,8 @@ Six runs, each started once and shared by the assertions (:class:`LazyRuns`): FS
 sharded outside the root unit's forward), CPU offload, gradient checkpointing and held-out
 evaluation, a resume of the 2-rank run's
 step-1 checkpoint at 4 ranks, a resume of that run's step-2 checkpoint at 1 rank, and DeepSpeed
-ZeRO-3 at 2 ranks.
+ZeRO-3 at 2 ranks. The newer losses add eight (about 25 s each on 2 busy cores): number_level, SMMD and NTIL
+at 1 process and 2 ranks, number_level and SMMD under ZeRO-3 at 2 ranks.
 """
 
 from __future__ import annotations
@@ -130,6 +131,92 @@ def test_zero3_and_fsdp2_take_the_same_steps(runs):
     zero3 = runs("zero3", 2, **{"parallel.engine": "deepspeed", "parallel.zero_stage": 3})
     assert "ZeRO-3" in runs.procs("zero3").stdout
     assert_same_run(zero3, _checkpointed(runs), RTOL, grad_norm=True)
+
+
+# The newer losses, each at 1 process and at 2 ranks (FSDP2, and ZeRO-3 for one loss per path):
+# number_level and NTIL on the logits path, SMMD on the chunked path. NTIL with its noise off: the
+# Gumbel noise is keyed by the step's call and the position within the micro-batch, which the
+# layouts split differently (accumulation 4 x 1 rank, 2 x 2 ranks), so only noise 0 can be equal.
+NEWER_LOSSES = {
+    "number_level": {"loss": "number_level"},
+    "smmd": {"loss": "smmd", "loss.path": "chunked", "loss.chunk_size": 64},
+    "ntil": {"loss": "ntil", "loss.options": "{noise_scale: 0.0}"},
+}
+
+
+def _newer_loss_run(runs: LazyRuns, loss: str, nproc: int, **engine) -> Path:
+    out = runs(f"{loss}-{nproc}-{engine.get('parallel.engine', 'fsdp2')}", nproc, **NEWER_LOSSES[loss], **engine)
+    rows = records(out)
+    assert all(r["aux"] > 0 and math.isclose(r["loss"], r["ce"] + r["aux"], rel_tol=1e-6) for r in rows), rows
+    return out
+
+
+@pytest.mark.launches
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", list(NEWER_LOSSES))
+def test_newer_losses_at_two_ranks_train_like_one_process(runs, loss):
+    """number_level, SMMD (chunked: the head sharded outside the root unit's forward) and NTIL
+    (the step's whole-batch CE / term pre-pass) at 2 ranks under FSDP2: the single process's
+    losses, gradient norms and exported weights. Their normalisers are the global batch's."""
+    assert_same_run(_newer_loss_run(runs, loss, 2), _newer_loss_run(runs, loss, 1), RTOL, grad_norm=True)
+
+
+@pytest.mark.launches
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["number_level", "smmd"])
+def test_newer_losses_under_zero3_train_like_one_process(runs, loss):
+    """number_level on the logits path and SMMD on the chunked path (the partitioned LM-head
+    weight gathered for the loss) under DeepSpeed ZeRO-3 at 2 ranks: the single process's steps."""
+    zero3 = _newer_loss_run(runs, loss, 2, **{"parallel.engine": "deepspeed", "parallel.zero_stage": 3})
+    assert "ZeRO-3" in runs.procs(f"{loss}-2-deepspeed").stdout
+    assert_same_run(zero3, _newer_loss_run(runs, loss, 1), RTOL, grad_norm=True)
+
+
+def _first_step_rows(overrides: dict, ranks: int) -> tuple[list, list[list]]:
+    """The tokenizer and, per rank, the training items of step 1 of a run at ``ranks`` ranks."""
+    from del_core.tokenizers import load_tokenizer
+    from del_core.training.schedule import StepPlan
+    from del_core.training.trainer import training_data
+
+    config = load_train_config(None, [f"{k}={v}" for k, v in overrides.items()])
+    tokenizer = load_tokenizer(Path(config.model.name))
+    items = training_data(config, tokenizer, lambda *_: None).items
+    run = config.run
+    plan = StepPlan(len(items), run.global_batch_size, run.micro_batch_size, ranks, run.seed)
+    return tokenizer, [[items[i] for micro in plan.micro_batches(0, rank) for i in micro] for rank in range(ranks)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", ["number_level", "smmd"])
+def test_a_rank_local_digit_count_would_fail_the_two_rank_comparison(runs, loss):
+    """What the 2-rank comparisons above catch: step 1's two halves (the ranks' rows) scored with
+    the global token count but each rank's own digit count (69 and 73 of 142) give a step loss
+    off the whole batch's (the 1-process run's step-1 loss) by 2.3e-3 (number_level) and 7.4e-2
+    (SMMD) relative, against RTOL = 3e-5. In this process: forwards of 8 rows at the initial
+    weights. (NTIL's whole-batch CE / term ratio: tests/recipes/test_train.py.)"""
+    from transformers import AutoModelForCausalLM
+
+    from del_core import DigitVocab, build_loss, number_spans
+    from del_core.data import collate
+
+    tokenizer, halves = _first_step_rows({**runs.base, "run.output_dir": "unused"}, 2)
+    vocab = DigitVocab.from_tokenizer(tokenizer)
+    loss_fn = build_loss(loss, vocab)
+    model = AutoModelForCausalLM.from_pretrained(runs.base["model"], dtype=torch.float32)
+    batches = [collate(half, tokenizer.eos_token_id) for half in halves]
+    tokens = [int((b.targets != -100).sum()) for b in batches]
+    digits = [int(number_spans(b.targets, vocab).is_digit.sum()) for b in batches]
+
+    def step_loss(digit_counts: list[int]) -> float:
+        total = 0.0
+        for batch, num_digits in zip(batches, digit_counts):
+            with torch.no_grad():
+                logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+            total += loss_fn(logits, batch.targets, sum(tokens), num_digits).loss.item()
+        return total
+
+    whole, rank_local = step_loss([sum(digits)] * 2), step_loss(digits)
+    assert abs(rank_local / whole - 1) > 30 * RTOL, (whole, rank_local)
 
 
 @pytest.mark.parametrize(

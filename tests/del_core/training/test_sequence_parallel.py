@@ -6,7 +6,7 @@ on rows of long numbers, so that numbers run across the shard cuts (checked on t
 Every run is compared with a single-process run (sp=1, accumulation 4) on the same global batch:
 step losses to 1e-5 and the exported weights to fp32 round-off; DEL with sp 2 x dp 2 (ZeRO-3) and
 sp 4 (ZeRO-2), MLE with packing, held-out evaluation and greedy generation under sp 2 (ZeRO-2), NTIL
-(whole numbers summed over the group) under sp 2 (ZeRO-2).
+and ntloss's number-level loss (whole numbers summed over the group) under sp 2 (ZeRO-2).
 """
 
 from __future__ import annotations
@@ -136,4 +136,16 @@ def test_ntil_under_sequence_parallelism_equals_single_process(runs):
     reference = runs("sp1_ntil", 1, **ntil)
     out = runs("sp2_ntil", 2, **ntil, **{"parallel.sp": 2})
     assert "= sequence parallel 2 (Ulysses" in runs.procs("sp2_ntil").stdout
+    assert_same_run(out, reference, RTOL, grad_norm=True)
+
+
+def test_number_level_under_sequence_parallelism_equals_single_process(runs):
+    """ntloss's NumberLevelLoss with ``float_level`` (a point between digits joins one number, so
+    the numbers are long and many cross the cut) at sp 2 (ZeRO-2): each number's value and error
+    are summed over the group and the run takes the single process's steps."""
+    number_level = {"loss": "number_level", "loss.options": "{float_level: true}", "parallel.zero_stage": 2}
+    reference = runs("sp1_number_level", 1, **number_level)
+    out = runs("sp2_number_level", 2, **number_level, **{"parallel.sp": 2})
+    assert "= sequence parallel 2 (Ulysses" in runs.procs("sp2_number_level").stdout
+    assert all(r["aux"] > 0 for r in records(out))
     assert_same_run(out, reference, RTOL, grad_norm=True)
