@@ -116,6 +116,8 @@ class Plan:
     qwen_batch: tuple[int, int] = (4, 2048)
     qwen_repeats: int = 5
     qwen_warmup: int = 1
+    # compaction_step: the qwen_1p5b_step model, each row's first share of labels ignored (a prompt)
+    prompt_shares: tuple[float, ...] = (0.5, 0.8)
     # trainer_vs_hf: tests/bench/step_profile.py's arguments (the model is added by the section)
     profile_args: tuple[str, ...] = ()
     # seconds a section is expected to take; a section starts only when that much budget is left
@@ -178,6 +180,7 @@ class Plan:
                 host_syncs=90,
                 train_smollm2=180,
                 qwen_1p5b_step=90,
+                compaction_step=60,
                 trainer_vs_hf=120,
             ),
             default_budget_s=540.0,
@@ -232,7 +235,13 @@ class Plan:
                 "--no-phases",
             ),  # fmt: skip
             estimates_s=dict(
-                loss_overhead=5, chunked_memory=5, host_syncs=20, train_smollm2=40, qwen_1p5b_step=10, trainer_vs_hf=40
+                loss_overhead=5,
+                chunked_memory=5,
+                host_syncs=20,
+                train_smollm2=40,
+                qwen_1p5b_step=10,
+                compaction_step=10,
+                trainer_vs_hf=40,
             ),
             default_budget_s=300.0,
         )
@@ -831,7 +840,69 @@ def headline_qwen_1p5b_step(results: dict) -> dict:
     }
 
 
-# --- section 6: trainer_vs_hf ----------------------------------------------------------------------
+# --- section 6: compaction_step --------------------------------------------------------------------
+def prompt_masked(targets: torch.Tensor, share: float) -> torch.Tensor:
+    """``targets`` [B, T] with each row's first ``round(share * T)`` positions ignored (-100): the
+    prompt of an SFT row, which the LM head and the loss skip under compaction."""
+    masked = targets.clone()
+    masked[:, : round(share * targets.shape[1])] = -100
+    return masked
+
+
+def section_compaction_step(ctx: Context) -> dict:
+    """One forward+backward of CausalLMObjective (DEL) on the qwen_1p5b_step model, per loss path,
+    with and without compaction (``loss.compact``: the LM head and the loss on the scored positions
+    alone), at each prompt share; chunked_loss.measure's median time and peak memory."""
+    from bench_common import QWEN2_VOCAB, make_labels
+    from chunked_loss import measure
+
+    from del_core import build_loss
+    from del_core.training.objective import CausalLMObjective
+
+    plan = ctx.plan
+    model = _qwen_model(ctx, attention_for(ctx))
+    batch, length = plan.qwen_batch
+    vocab = plan.qwen["vocab_size"]
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    input_ids = torch.randint(0, vocab, (batch, length), generator=generator).to(ctx.device)
+    labels = make_labels(batch * length, vocab, QWEN2_VOCAB, random.Random(0)).view(batch, length)
+    params = [p for p in model.parameters() if p.requires_grad]
+    cells = []
+    for share in plan.prompt_shares:
+        targets = prompt_masked(labels, share).to(ctx.device)
+        for path in ("logits", "chunked"):
+            cell = {"prompt_share": share, "path": path, "scored": int((targets != -100).sum())}
+            for compact in (False, True):
+                objective = CausalLMObjective(
+                    model, build_loss("del", QWEN2_VOCAB), path, plan.chunk_size, None, compact
+                )
+
+                def step(objective=objective, targets=targets) -> None:
+                    objective(input_ids, targets)["loss"].backward()
+
+                ms, mib = measure(step, params, ctx.device, plan.qwen_repeats, plan.qwen_warmup)
+                name = "compact" if compact else "full"
+                cell[f"{name}_step_ms"], cell[f"{name}_peak_gb"] = ms, _gb(mib)
+                log(f"compaction_step share {share} {path} {name}: {ms:.1f} ms, {_gb(mib):.3f} GB")
+                _release(ctx.device)
+            cell["time_ratio"] = _ratio(cell["compact_step_ms"], cell["full_step_ms"])
+            cell["memory_ratio"] = _ratio(cell["compact_peak_gb"], cell["full_peak_gb"])
+            cells.append(cell)
+    del model, params
+    _release(ctx.device)
+    return {"batch": [batch, length], "dtype": _dtype_name(plan.dtype), "repeats": plan.qwen_repeats, "cells": cells}
+
+
+def headline_compaction_step(results: dict) -> dict:
+    headline = {}
+    for cell in results["cells"]:
+        name = f"{cell['path']}_prompt{round(100 * cell['prompt_share'])}"
+        headline[f"{name}_time_ratio"] = cell["time_ratio"]
+        headline[f"{name}_memory_ratio"] = cell["memory_ratio"]
+    return headline
+
+
+# --- section 7: trainer_vs_hf ----------------------------------------------------------------------
 def section_trainer_vs_hf(ctx: Context) -> dict:
     """tests/bench/step_profile.py: the recipe's trainer vs transformers.Trainer (DELTrainer for
     del), the same model, rows, batch, ZeRO-2 file and torch AdamW, each run a fresh process."""
@@ -875,6 +946,7 @@ SECTIONS: dict[str, tuple[Callable[[Context], dict], Callable[[dict], dict]]] = 
     "host_syncs": (section_host_syncs, headline_host_syncs),
     "train_smollm2": (section_train_smollm2, headline_train_smollm2),
     "qwen_1p5b_step": (section_qwen_1p5b_step, headline_qwen_1p5b_step),
+    "compaction_step": (section_compaction_step, headline_compaction_step),
     "trainer_vs_hf": (section_trainer_vs_hf, headline_trainer_vs_hf),
 }
 

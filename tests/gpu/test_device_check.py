@@ -27,6 +27,7 @@ HEADLINES = {
     "host_syncs": ("del_dense_fwd_bwd_syncs", "del_chunked_fwd_bwd_syncs", "trainer_step_syncs"),
     "train_smollm2": ("mle_tokens_per_s", "del_tokens_per_s", "del_vs_mle_tokens_per_s"),
     "qwen_1p5b_step": ("logits_step_ms", "chunked_step_ms", "logits_peak_gb", "chunked_vs_logits_memory"),
+    "compaction_step": ("logits_prompt50_time_ratio", "chunked_prompt80_time_ratio", "logits_prompt80_memory_ratio"),
     "trainer_vs_hf": ("mle_x1_time_ratio", "mle_x1_memory_ratio", "mle_x1_trainer_step_s", "mle_x1_hf_step_s"),
 }
 
