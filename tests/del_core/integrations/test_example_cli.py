@@ -49,4 +49,6 @@ def test_help_lists_the_keys(capsys):
         example_arguments("The first line.", "runs/default", ["--help"])
     out = capsys.readouterr().out
     assert stopped.value.code == 0 and out.startswith("The first line.")
-    assert all(f"\n  {key}=" in out for key in ("model", "loss.name", "loss.weight", "steps", "output_dir", "deepspeed"))
+    assert all(
+        f"\n  {key}=" in out for key in ("model", "loss.name", "loss.weight", "steps", "output_dir", "deepspeed")
+    )
