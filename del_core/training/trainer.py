@@ -172,7 +172,7 @@ class Trainer:
         self.total_steps = self.plan.total_steps(run.epochs, run.max_steps)
         self.log(
             f"[plan] {len(self.data.items)} sequences, {self.plan.steps_per_epoch} steps per epoch, "
-            f"{self.total_steps} steps"
+            f"{self.total_steps} steps" + (", padding-free micro-batches (one row each)" if data.padding_free else "")
         )
 
     def _check_resume(self) -> None:
