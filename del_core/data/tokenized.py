@@ -11,7 +11,9 @@ turns' contents and end-of-turn markers (:func:`del_core.data.chat.conversation_
 so ``targets`` is already aligned with the positions that predict it (the losses of del_core take
 it as is; nothing shifts later). Packing puts several examples in one sequence: position ids
 restart at 0 for each example and the last position of each example predicts nothing, so neither
-attention (with position-id aware attention) nor number spans cross examples.
+attention (with position-id aware attention) nor number spans cross examples. Padding-free
+collation (``collate(..., padding_free=True)``) joins the examples of one batch the same way into a
+single row: the batch's examples and losses, without padding.
 """
 
 from __future__ import annotations
@@ -164,9 +166,18 @@ def pack_groups(lengths: Sequence[int], max_length: int) -> list[list[int]]:
 
 
 def join(examples: Sequence[Example]) -> Packed:
-    """One packed sequence of ``examples``, in order (each ends with -100: nothing predicts across)."""
+    """One packed sequence of ``examples``, in order. Each must end with -100 (as :func:`encode`
+    makes them): nothing predicts across, so neither number spans nor number runs cross examples;
+    ``ValueError`` naming the example otherwise."""
     packed = Packed([], [], [], [])
-    for example in examples:
+    for index, example in enumerate(examples):
+        if not isinstance(example, Example):
+            raise ValueError(f"item {index} is a {type(example).__name__}, not an Example: only examples are joined")
+        if example.targets[-1] != IGNORE_INDEX:
+            raise ValueError(
+                f"example {index}: its last position predicts token {example.targets[-1]}, not {IGNORE_INDEX}; "
+                "joined, it would predict the next example's first token"
+            )
         n = len(example.input_ids)
         packed.input_ids += example.input_ids
         packed.targets += example.targets
@@ -245,8 +256,13 @@ def check_target_ids(batches: Sequence[TokenBatch], vocab_size: int) -> None:
     )
 
 
-def collate(items: Sequence[Example | Packed], pad_id: int) -> TokenBatch:
-    """Right-padded :class:`TokenBatch` of examples or packed sequences."""
+def collate(items: Sequence[Example | Packed], pad_id: int, padding_free: bool = False) -> TokenBatch:
+    """Right-padded :class:`TokenBatch` of examples or packed sequences; with ``padding_free`` the
+    examples joined in order into one row [1, sum of their lengths] (:func:`join`: position ids
+    restarting per example, no padding), which a model run without an attention mask computes as
+    the padded batch (same targets, spans and counts)."""
+    if padding_free:
+        items = [join(items)]
     width = max(len(item.input_ids) for item in items)
     shape = (len(items), width)
     batch = TokenBatch(

@@ -63,11 +63,15 @@ class LossNeeds:
                     (:meth:`NumericLoss.for_vocab_slice`).
     step_totals:    the loss scales its term by totals of the whole global batch: a trainer runs
                     :func:`del_core.losses.step_totals.measure_step_totals` before each step.
+    per_sequence:   the loss averages terms per sequence (row of the labels), so its value depends
+                    on which examples share a row: a trainer does not join a batch's examples into
+                    one row for it (``data.padding_free``).
     """
 
     vocab: bool = False
     head_weight_as: Optional[str] = None
     step_totals: bool = False
+    per_sequence: bool = False
 
 
 @dataclass

@@ -129,7 +129,7 @@ class NTILLoss(DigitAuxLoss):
     ``tau`` (0.1) is the Gumbel-softmax temperature."""
 
     name = "ntil"
-    needs = LossNeeds(vocab=True, step_totals=True)
+    needs = LossNeeds(vocab=True, step_totals=True, per_sequence=True)
 
     def __init__(
         self,

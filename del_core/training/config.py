@@ -24,7 +24,7 @@ from del_core.data.prompting import PROMPT_FORMATS
 from del_core.data.rows import DataError, check_source
 from del_core.engines.registry import ENGINE_NAMES, backend_type
 from del_core.engines.settings import OptimizerConfig, ParallelConfig
-from del_core.losses import DOTTED_SPELLING, LOSS_PATHS, LossSpec, LossSpecError
+from del_core.losses import DOTTED_SPELLING, LOSS_PATHS, LossSpec, LossSpecError, loss_needs
 from del_core.models.sources import ModelSourceError, check_model_source
 
 REPORTERS = ("jsonl", "tensorboard", "wandb", "none")
@@ -85,6 +85,7 @@ class DataConfig:
     max_new_tokens: int = 48
     max_length: int = 1500
     packing: bool = False
+    padding_free: bool = False  # each micro-batch's examples in one row, no padding: same losses, less compute
     prompt_format: str = "alpaca"  # alpaca (one fixed template), or chat: the tokenizer's chat template
     num_proc: Optional[int] = None  # tokenising processes (datasets map); None = the CPUs, at most 8
     cache_dir: Optional[str] = None  # tokenised-data cache; default $DEL_CACHE_DIR/data or ~/.cache/del_core/data
@@ -95,6 +96,17 @@ class DataConfig:
             _check_at_least("data", {"num_proc": self.num_proc}, 1)
         _check_at_least("data", {"max_length": self.max_length, "max_new_tokens": self.max_new_tokens}, 1)
         _check_at_least("data", {"eval_size": self.eval_size, "eval_generate": self.eval_generate}, 0)
+        if self.packing and self.padding_free:
+            raise ConfigError(
+                "data.padding_free=true with data.packing=true: packed rows already hold several examples "
+                "without padding; set one of them"
+            )
+
+    @property
+    def joins_examples(self) -> bool:
+        """A training row may hold several examples (``packing`` or ``padding_free``): the model
+        runs without an attention mask and tells the examples apart by their restarting position ids."""
+        return self.packing or self.padding_free
 
 
 @dataclass
@@ -206,6 +218,7 @@ class TrainConfig:
             raise ConfigError("lora.enabled=true with parallel.tp > 1 is not supported; use parallel.tp=1 (ZeRO-2/3)")
         self._check_sequence_parallel()
         self._check_compact_loss()
+        self._check_padding_free()
         # The engine's refusals, by key, before anything loads.
         _check_choice("parallel", "engine", self.parallel.engine, ENGINE_NAMES)
         backend_type(self.parallel.engine).check(dotted_values(self))
@@ -222,6 +235,21 @@ class TrainConfig:
                 raise ConfigError(
                     f"loss.compact=true with {key}={value} is not supported ({why}); set loss.compact=false"
                 )
+
+    def _check_padding_free(self) -> None:
+        """data.padding_free where it is not exact or not verified: refused by key."""
+        if not self.data.padding_free:
+            return
+        if self.parallel.sp > 1:
+            raise ConfigError(
+                f"data.padding_free=true with parallel.sp={self.parallel.sp} is not supported yet; "
+                "use data.padding_free=false (or data.packing=true)"
+            )
+        if loss_needs(self.loss.name).per_sequence:
+            raise ConfigError(
+                f"data.padding_free=true with loss={self.loss.name}: the loss averages its number terms per "
+                "sequence, and a padding-free micro-batch is one sequence; use data.padding_free=false"
+            )
 
     def _check_sequence_parallel(self) -> None:
         sp = self.parallel.sp

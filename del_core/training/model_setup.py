@@ -98,6 +98,8 @@ def load_training_model(
     :meth:`Backend.wrap_model`); LoRA adapters with ``lora.enabled``; its head counts checked for
     ``parallel.tp``."""
     model_cfg = config.model
+    if config.data.padding_free:
+        check_joins_examples(source)
     torch.manual_seed(config.run.seed)
     backend.begin_model_loading()
     attn = attention_implementation(model_cfg.attn_implementation, backend.runtime.on_gpu)
@@ -114,6 +116,24 @@ def load_training_model(
         check_head_counts(model.config, backend.dims.tp)
     dims = backend.wrap_model(model, attn, config.run.micro_batch_size, log)
     return TrainingModel(model, peft_model, dims)
+
+
+# Model types whose attention, run without an attention mask, keeps the examples of a row apart by
+# their restarting position ids (eager and SDPA; tests/del_core/training/test_padding_free.py).
+JOINED_EXAMPLE_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+def check_joins_examples(source: str) -> None:
+    """ConfigError unless the model ``source`` (its config alone is read) is of a type verified to
+    train on rows of joined examples (:data:`JOINED_EXAMPLE_MODEL_TYPES`), as data.padding_free makes them."""
+    from transformers import AutoConfig
+
+    model_type = AutoConfig.from_pretrained(source).model_type
+    if model_type not in JOINED_EXAMPLE_MODEL_TYPES:
+        raise ConfigError(
+            f"data.padding_free=true: model type {model_type!r} of {source} is not verified to keep joined examples "
+            f"apart (verified: {', '.join(JOINED_EXAMPLE_MODEL_TYPES)}); use data.padding_free=false"
+        )
 
 
 def output_vocab_size(model: Any) -> int:

@@ -172,7 +172,7 @@ class Trainer:
         self.total_steps = self.plan.total_steps(run.epochs, run.max_steps)
         self.log(
             f"[plan] {len(self.data.items)} sequences, {self.plan.steps_per_epoch} steps per epoch, "
-            f"{self.total_steps} steps"
+            f"{self.total_steps} steps" + (", padding-free micro-batches (one row each)" if data.padding_free else "")
         )
 
     def _check_resume(self) -> None:
@@ -256,7 +256,7 @@ class Trainer:
         ids (:func:`check_target_ids`), still on the CPU."""
         items = self.data.items
         batches = [
-            collate([items[i] for i in micro], self.tokens.pad_id).with_spans(self.vocab)
+            collate([items[i] for i in micro], self.tokens.pad_id, self.config.data.padding_free).with_spans(self.vocab)
             for micro in self.plan.micro_batches(self.step, self.dims.dp_rank)
         ]
         check_target_ids(batches, self.output_vocab_size)
@@ -276,7 +276,7 @@ class Trainer:
         return self.engine(
             input_ids=batch.input_ids,
             targets=batch.targets,
-            attention_mask=None if self.config.data.packing else batch.attention_mask,
+            attention_mask=None if self.config.data.joins_examples else batch.attention_mask,
             position_ids=batch.position_ids,
             num_tokens=counts[0],
             num_digits=counts[1],

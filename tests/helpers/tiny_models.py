@@ -1,12 +1,17 @@
-"""The one way the tests and benchmarks build a tiny random model of a real architecture: a Qwen2 or
-Llama causal LM from its transformers config, seeded, optionally saved with a tokenizer."""
+"""The one way the tests and benchmarks build a tiny random model of a real architecture: a Qwen2,
+Llama, Mistral or Qwen3 causal LM from its transformers config, seeded, optionally saved with a tokenizer."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Optional
 
-ARCHITECTURES = {"qwen2": ("Qwen2Config", "Qwen2ForCausalLM"), "llama": ("LlamaConfig", "LlamaForCausalLM")}
+ARCHITECTURES = {
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM"),
+    "llama": ("LlamaConfig", "LlamaForCausalLM"),
+    "mistral": ("MistralConfig", "MistralForCausalLM"),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM"),
+}
 
 
 def tiny_causal_lm(
@@ -21,7 +26,7 @@ def tiny_causal_lm(
     seed: Optional[int] = 0,
     **config: Any,
 ):
-    """A random-initialised ``architecture`` ("qwen2" or "llama") causal LM with ``vocab_size``
+    """A random-initialised ``architecture`` (a key of :data:`ARCHITECTURES`) causal LM with ``vocab_size``
     rows: ``layers`` layers of width ``hidden`` (MLP width ``intermediate``, default 2 x hidden),
     ``heads`` attention heads sharing ``kv_heads`` key/value heads; ``config`` are further keys of
     the architecture's config (``tie_word_embeddings``, ``max_position_embeddings``, token ids,

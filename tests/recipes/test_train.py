@@ -1,7 +1,7 @@
 """recipes/train.py end to end under DeepSpeed on CPU (gloo): a tiny random Qwen2 with the real
 Qwen2 tokenizer, 2 processes unless said otherwise.
 
-Each run costs ~15-30 s (process start-up, imports, DeepSpeed initialisation); the module runs 10.
+Each run costs ~15-30 s (process start-up, imports, DeepSpeed initialisation); the module runs 11.
 """
 
 from __future__ import annotations
@@ -137,6 +137,16 @@ def test_zero3_compacted_loss_matches(base, reference, tmp_path, path):
     out = tmp_path / "run"
     overrides = {"parallel.zero_stage": 3, "loss.compact": "true", "loss.path": path, "loss.chunk_size": 37}
     run_train(2, {**base, **overrides, "run.output_dir": out})
+    _close(train_losses(out), reference)
+
+
+def test_padding_free_micro_batches_match(base, reference, tmp_path):
+    """data.padding_free=true: each micro-batch's examples in one row without padding, the model
+    run without an attention mask; one process with accumulation 8 instead of 2 ranks with 4
+    (tested to be the same): the same step losses as the padded reference."""
+    out = tmp_path / "run"
+    proc = run_train(1, {**base, "data.padding_free": "true", "run.output_dir": out})
+    assert "padding-free micro-batches" in proc.stdout + proc.stderr
     _close(train_losses(out), reference)
 
 

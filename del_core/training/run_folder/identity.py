@@ -7,7 +7,8 @@ it must have the same one, or name each key it changes on purpose in ``run.resum
 Free keys (:data:`FREE_KEYS`) change where and how a run is written or how fast it computes, not
 what: output folder, resume/overwrite, checkpoint and log cadence, reporting, export, held-out
 evaluation, caches, attention kernel, gradient checkpointing, the loss's computation path
-(chunked/compiled/compacted give the same loss), the micro-batch size (same global batch) and CPU offload.
+(chunked/compiled/compacted give the same loss), the micro-batch size (same global batch), padding-free
+micro-batches (same examples) and CPU offload.
 ``run.max_steps`` and ``run.epochs`` are compared through ``run.total_steps`` (the LR schedule
 depends on it): extending a run is ``run.resume_override=run.total_steps``.
 """
@@ -43,6 +44,7 @@ FREE_KEYS = frozenset(
         "data.eval_generate",
         "data.max_new_tokens",
         "data.num_proc",
+        "data.padding_free",
         "data.cache_dir",
         "model.cache_dir",
         "model.attn_implementation",
