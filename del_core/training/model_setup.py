@@ -103,6 +103,7 @@ def load_training_model(
     torch.manual_seed(config.run.seed)
     backend.begin_model_loading()
     attn = attention_implementation(model_cfg.attn_implementation, backend.runtime.on_gpu)
+    check_packed_attention(attn, config.data.packing, config.run.micro_batch_size)
     model = load_model(source, backend.model_dtype(), attn, model_cfg.gradient_checkpointing)
     log(
         f"[model] {source}: {type(model).__name__}, attention {attn}, gradient checkpointing "
@@ -133,6 +134,20 @@ def check_joins_examples(source: str) -> None:
         raise ConfigError(
             f"data.padding_free=true: model type {model_type!r} of {source} is not verified to keep joined examples "
             f"apart (verified: {', '.join(JOINED_EXAMPLE_MODEL_TYPES)}); use data.padding_free=false"
+        )
+
+
+def check_packed_attention(attn: str, packing: bool, micro_batch_size: int) -> None:
+    """ConfigError for packed rows under flash-attention in micro-batches of more than one row:
+    transformers' flash-attention path reads packed examples from the position ids only when the
+    batch is a single row (``_is_packed_sequence``); with more rows and no attention mask, each row
+    would attend across its examples. (SDPA and eager build the block mask from the position ids
+    for any batch; data.padding_free rows are single rows.)"""
+    if packing and attn == "flash_attention_2" and micro_batch_size > 1:
+        raise ConfigError(
+            f"data.packing=true with attention flash_attention_2 and run.micro_batch_size={micro_batch_size}: "
+            "flash-attention keeps packed examples apart only in one-row micro-batches; set "
+            "run.micro_batch_size=1 (the same global batch through accumulation) or model.attn_implementation=sdpa"
         )
 
 

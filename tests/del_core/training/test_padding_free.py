@@ -228,3 +228,28 @@ def test_an_unverified_model_type_is_refused_before_the_model_loads(tmp_path):
         check_joins_examples(str(tmp_path))
     transformers.Qwen2Config(hidden_size=8, num_attention_heads=2).save_pretrained(tmp_path)
     check_joins_examples(str(tmp_path))
+
+
+def test_packed_rows_under_flash_attention_need_one_row_micro_batches():
+    """transformers' flash-attention path finds packed examples from the position ids only in a
+    one-row batch (the premise, read from transformers itself); so packing with flash-attention is
+    refused by key for micro-batches of more rows, and allowed for one row, SDPA and eager."""
+    from transformers.modeling_flash_attention_utils import _is_packed_sequence
+
+    from del_core.config import ConfigError
+    from del_core.training.model_setup import check_packed_attention
+
+    restarting = torch.tensor([[0, 1, 2, 0, 1, 2, 3]])
+    assert _is_packed_sequence(restarting, batch_size=1)
+    assert not _is_packed_sequence(restarting.repeat(2, 1), batch_size=2)
+    with pytest.raises(
+        ConfigError, match=r"data.packing=true with attention flash_attention_2 and run.micro_batch_size=2"
+    ):
+        check_packed_attention("flash_attention_2", True, 2)
+    for attn, packing, rows in (
+        ("flash_attention_2", True, 1),
+        ("sdpa", True, 4),
+        ("eager", True, 2),
+        ("flash_attention_2", False, 4),
+    ):
+        check_packed_attention(attn, packing, rows)
