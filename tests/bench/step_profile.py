@@ -424,16 +424,20 @@ def train_hf(trainer: Any) -> SideRun:
 
 def run_hf(spec: RunSpec, output_dir: str) -> SideRun:
     """transformers.Trainer (DELTrainer for del) on :func:`hf_dataset`'s rows."""
-    from transformers import Trainer, TrainingArguments, default_data_collator
+    from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments, default_data_collator
 
     from del_core.integrations import DELTrainer
 
     rows, tokenizer, model_dir = hf_dataset(spec, output_dir)
+    # Rows of one length stack as they are; rows of several lengths are padded per micro-batch
+    # (labels with -100), as a user of transformers.Trainer would for pre-tokenised SFT data.
+    one_length = len({len(row["input_ids"]) for row in rows}) == 1
+    collator = default_data_collator if one_length else DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
     common = dict(
         model=hf_model(spec, model_dir),
         args=TrainingArguments(**hf_arguments(spec, output_dir)),
         train_dataset=rows,
-        data_collator=default_data_collator,
+        data_collator=collator,
         processing_class=tokenizer,
     )
     if spec.loss == "mle":
