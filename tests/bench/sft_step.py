@@ -44,7 +44,6 @@ import json
 import math
 import os
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -52,12 +51,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from step_profile import (
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_profile import (  # noqa: E402  (tests/bench is not a package)
     RUNNERS,
     SEED,
     RunResult,
     RunSpec,
     SideRun,
+    _spread,
+    _stats,
     argument_parser,
     finish_args,
     hf_arguments,
@@ -219,14 +221,6 @@ class ShareRun:
     def from_record(cls, record: dict) -> ShareRun:
         fields = dict(record)
         return cls(fields.pop("prompt_share"), RunResult(**fields))
-
-
-def _stats(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def _spread(stats: dict[str, float], digits: int = 2) -> str:
-    return f"{stats['median']:.{digits}f} ({stats['min']:.{digits}f}-{stats['max']:.{digits}f})"
 
 
 def cell_rows(runs: list[ShareRun], share: float, loss: str) -> list[dict]:
