@@ -1,7 +1,9 @@
 """The training recipe's optimizer step on SFT rows (mostly prompt) vs ``transformers.Trainer`` and TRL.
 
     python tests/bench/sft_step.py                      # the CPU tables (SmolLM2-135M-Instruct, prompt
-                                                        # shares 0.5 and 0.8, both losses, 3 rounds)
+                                                        # shares 0.5 and 0.8, both losses, 5 sides, 3 rounds:
+                                                        # 60 runs; rows up to 256 tokens, batch 8 = micro 4 x 2,
+                                                        # 1 process of 2 threads)
     python tests/bench/sft_step.py --quick              # a tiny model, one step shape (the smoke test)
     python tests/bench/sft_step.py --report runs.json   # the tables of a --json file (also an interrupted one)
     python tests/bench/sft_step.py --prompt-share 0.8 --losses mle --sides trainer-fast,hf,trl --json out.json
@@ -284,7 +286,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argument_parser(__doc__)
     parser.add_argument("--prompt-share", default="0.5,0.8", help="shares of the tokens that are prompt (ignored)")
     parser.add_argument("--sides", default=",".join(SIDES), help=f"a subset of {','.join(SIDES)}; hf always runs")
-    parser.set_defaults(nprocs="1", threads=2, length=384, batch=8, micro=4, steps=5)
+    parser.set_defaults(nprocs="1", threads=2, length=256, batch=8, micro=4)
     args = finish_args(parser, parser.parse_args(argv))
     args.phases = False  # step_profile.py gives the trainer's phase split
     args.prompt_share = [float(s) for s in args.prompt_share.split(",")]
