@@ -289,6 +289,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.set_defaults(nprocs="1", threads=2, length=256, batch=8, micro=4)
     args = finish_args(parser, parser.parse_args(argv))
     args.phases = False  # step_profile.py gives the trainer's phase split
+    if len(args.nprocs) != 1:
+        parser.error(f"--nprocs: one process count per table, got {args.nprocs}")
     args.prompt_share = [float(s) for s in args.prompt_share.split(",")]
     if any(not 0 < s < 1 for s in args.prompt_share):
         parser.error(f"--prompt-share: each share lies strictly between 0 and 1, got {args.prompt_share}")
