@@ -19,7 +19,8 @@ runs ``--steps`` optimizer steps of one side:
 
 The same on both sides: the model (``load_model``: fp32, sdpa attention, no gradient
 checkpointing), the rows (Alpaca rows with numbers, all cut to exactly ``--length`` tokens by
-the trainer's own tokenisation; the HF side gets the same examples with its unshifted labels),
+the trainer's own tokenisation; the HF side gets the same examples with its unshifted labels, in
+the trainer's order: each step trains the trainer's examples of that step),
 global batch ``--batch`` = micro ``--micro`` x accumulation x processes, torch AdamW (fused;
 lr, betas, eps, weight decay alike), gradient clipping 1.0, the loss normalised over the global
 batch's target tokens (and digits for DEL), DEL's lambda fixed (``--del-weight``).
@@ -66,7 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -257,8 +258,44 @@ def clock() -> tuple[float, float]:
     return time.perf_counter(), time.process_time()
 
 
-def run_trainer(spec: RunSpec, output_dir: str) -> tuple[list, Optional[PhaseTimers], float, dict]:
-    """(step-end clocks, phase timers, RSS GB after set-up, DeepSpeed config) of the recipe's trainer."""
+@dataclass
+class SideRun:
+    """What one side's run measured on one rank."""
+
+    ends: list[tuple[float, float]]  # (wall, cpu) clocks at the start and at every optimizer step's end
+    timers: Optional[PhaseTimers]  # the trainer's phase split (trainer sides with phases only)
+    setup_rss_gb: float  # resident set once set up (the trainer), or before DeepSpeed's set-up (HF sides)
+    ds_config: dict  # the config DeepSpeed's engine got
+    step_targets: list[int]  # target tokens (label not -100) of each optimizer step on this rank
+
+    def result(self, device: str) -> dict:
+        """The rank's JSON record: step intervals, phases, memory, target tokens."""
+        ends = self.ends
+        return {
+            "intervals": [b[0] - a[0] for a, b in zip(ends, ends[1:])],
+            "cpu_intervals": [b[1] - a[1] for a, b in zip(ends, ends[1:])],
+            "ds_config": json.loads(json.dumps(self.ds_config, default=str)),
+            "phases": self.timers.steps if self.timers is not None else None,
+            "peak_rss_gb": peak_memory_gb(device),
+            "setup_rss_gb": self.setup_rss_gb,
+            "step_targets": self.step_targets,
+        }
+
+
+def count_step_targets(trainer: Any, step_targets: list[int]) -> None:
+    """Append the target tokens of this rank's micro-batches of every step to ``step_targets``."""
+    micro_batches = trainer._micro_batches
+
+    def counted() -> list:
+        batches = micro_batches()
+        step_targets.append(sum(int((batch.targets != -100).sum()) for batch in batches))
+        return batches
+
+    trainer._micro_batches = counted
+
+
+def run_trainer(spec: RunSpec, output_dir: str) -> SideRun:
+    """The recipe's trainer stepped by the production loop body."""
     import psutil
 
     from del_core.training.config import load_train_config
@@ -269,6 +306,8 @@ def run_trainer(spec: RunSpec, output_dir: str) -> tuple[list, Optional[PhaseTim
     try:
         trainer.setup()
         setup_rss = psutil.Process().memory_info().rss / 1e9
+        step_targets: list[int] = []
+        count_step_targets(trainer, step_targets)
         if timers is not None:
             install_phase_timers(trainer, timers)
         ends = [clock()]
@@ -281,16 +320,21 @@ def run_trainer(spec: RunSpec, output_dir: str) -> tuple[list, Optional[PhaseTim
                 timers.end_step((ends[-1][0] - ends[-2][0], ends[-1][1] - ends[-2][1]))
     finally:
         trainer.cleanup()
-    return ends, timers, setup_rss, getattr(trainer.engine, "config", {})  # FSDP2's engine has no DeepSpeed config
+    # FSDP2's engine has no DeepSpeed config
+    return SideRun(ends, timers, setup_rss, getattr(trainer.engine, "config", {}), step_targets)
 
 
 def hf_dataset(spec: RunSpec, output_dir: str) -> tuple[list[dict], Any, str]:
     """The trainer's own examples of ``spec.rows`` (same tokenizer, template and cut) as HF rows
-    with unshifted labels (labels[t + 1] = targets[t]), the tokenizer and the model directory."""
+    with unshifted labels (labels[t + 1] = targets[t]), the tokenizer and the model directory.
+    The rows are in the order the trainer's :class:`StepPlan` takes them, step by step, so that a
+    sequential sampler gives every (step, micro-step, rank) the trainer's examples (a sharded
+    sequential loader deals micro-batch k to rank k mod processes, as the plan does)."""
     from del_core.data.tokenized import IGNORE_INDEX
     from del_core.models import resolve_model
     from del_core.tokenizers import load_tokenizer
     from del_core.training.config import load_train_config
+    from del_core.training.schedule import StepPlan
     from del_core.training.trainer import training_data
 
     config = load_train_config(None, spec.overrides(output_dir))
@@ -298,32 +342,21 @@ def hf_dataset(spec: RunSpec, output_dir: str) -> tuple[list[dict], Any, str]:
     model_dir = resolve_model(config.model.name, cache)
     tokenizer = load_tokenizer(model_dir, cache / "tokenizers")
     items = training_data(config, tokenizer, lambda text: None).items
+    plan = StepPlan(len(items), spec.batch, spec.micro, spec.nproc, config.run.seed)
     rows = []
-    for item in items:
+    for item in (items[i] for step in range(spec.steps) for i in plan.global_batch_items(step)):
         ids, targets = list(item.input_ids), list(item.targets)
         rows.append({"input_ids": ids, "labels": [IGNORE_INDEX, *targets[:-1]], "attention_mask": [1] * len(ids)})
     return rows, tokenizer, model_dir
 
 
-def run_hf(spec: RunSpec, output_dir: str) -> tuple[list, None, float, dict]:
-    """(step-end clocks, None, RSS GB before DeepSpeed's set-up, DeepSpeed config) of
-    transformers.Trainer (DELTrainer for del)."""
-    import psutil
-    import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments, default_data_collator
-
-    from del_core.integrations import DELTrainer
-    from del_core.models import load_model
-
-    rows, tokenizer, model_dir = hf_dataset(spec, output_dir)
-    torch.manual_seed(SEED)
+def hf_arguments(spec: RunSpec, output_dir: str) -> dict[str, Any]:
+    """The ``TrainingArguments`` keywords of the HF-based sides (``SFTConfig`` takes them too)."""
     on_gpu = spec.device == "cuda"
-    model = load_model(model_dir, torch.bfloat16 if on_gpu else torch.float32, "sdpa", False)
-    accumulation = spec.batch // (spec.micro * spec.nproc)
-    args = TrainingArguments(
+    return dict(
         output_dir=output_dir,
         per_device_train_batch_size=spec.micro,
-        gradient_accumulation_steps=accumulation,
+        gradient_accumulation_steps=spec.batch // (spec.micro * spec.nproc),
         max_steps=spec.steps,
         learning_rate=LR,
         adam_beta1=BETAS[0],
@@ -344,8 +377,29 @@ def run_hf(spec: RunSpec, output_dir: str) -> tuple[list, None, float, dict]:
         dataloader_num_workers=0,
         disable_tqdm=True,
         ddp_backend="gloo" if spec.nproc > 1 else None,
+        train_sampling_strategy="sequential",  # hf_dataset's rows are already in the trainer's step order
     )
+
+
+def hf_model(spec: RunSpec, model_dir: str) -> Any:
+    """The model as the trainer loads it: fp32 (bf16 on cuda), sdpa, no gradient checkpointing."""
+    import torch
+
+    from del_core.models import load_model
+
+    torch.manual_seed(SEED)
+    return load_model(model_dir, torch.bfloat16 if spec.device == "cuda" else torch.float32, "sdpa", False)
+
+
+def train_hf(trainer: Any) -> SideRun:
+    """Train a constructed ``transformers.Trainer`` (or subclass): the clock at the start and at
+    every step's end, and each step's target tokens (shifted labels not -100, counted on the
+    micro-batches ``compute_loss`` gets)."""
+    import psutil
+    from transformers import TrainerCallback
+
     ends: list[tuple[float, float]] = []
+    step_targets = [0]
 
     class StepEnds(TrainerCallback):
         def on_train_begin(self, *_: Any, **__: Any) -> None:
@@ -353,22 +407,42 @@ def run_hf(spec: RunSpec, output_dir: str) -> tuple[list, None, float, dict]:
 
         def on_step_end(self, *_: Any, **__: Any) -> None:
             ends.append(clock())
+            step_targets.append(0)
 
-    common = dict(
-        model=model,
-        args=args,
-        train_dataset=rows,
-        data_collator=default_data_collator,
-        processing_class=tokenizer,
-        callbacks=[StepEnds()],
-    )
-    if spec.loss == "mle":
-        trainer = Trainer(**common)
-    else:
-        trainer = DELTrainer(**common, loss=spec.loss, loss_weight=spec.del_weight)
+    compute_loss = trainer.compute_loss
+
+    def counted(model: Any, inputs: dict, *args: Any, **kwargs: Any) -> Any:
+        step_targets[-1] += int((inputs["labels"][..., 1:] != -100).sum())
+        return compute_loss(model, inputs, *args, **kwargs)
+
+    trainer.compute_loss = counted
+    trainer.add_callback(StepEnds())
     setup_rss = psutil.Process().memory_info().rss / 1e9
     trainer.train()
-    return ends, None, setup_rss, trainer.model_wrapped.config
+    return SideRun(ends, None, setup_rss, trainer.model_wrapped.config, step_targets[:-1])
+
+
+def run_hf(spec: RunSpec, output_dir: str) -> SideRun:
+    """transformers.Trainer (DELTrainer for del) on :func:`hf_dataset`'s rows."""
+    from transformers import DataCollatorForSeq2Seq, Trainer, TrainingArguments, default_data_collator
+
+    from del_core.integrations import DELTrainer
+
+    rows, tokenizer, model_dir = hf_dataset(spec, output_dir)
+    # Rows of one length stack as they are; rows of several lengths are padded per micro-batch
+    # (labels with -100), as a user of transformers.Trainer would for pre-tokenised SFT data.
+    one_length = len({len(row["input_ids"]) for row in rows}) == 1
+    collator = default_data_collator if one_length else DataCollatorForSeq2Seq(tokenizer, label_pad_token_id=-100)
+    common = dict(
+        model=hf_model(spec, model_dir),
+        args=TrainingArguments(**hf_arguments(spec, output_dir)),
+        train_dataset=rows,
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
+    if spec.loss == "mle":
+        return train_hf(Trainer(**common))
+    return train_hf(DELTrainer(**common, loss=spec.loss, loss_weight=spec.del_weight))
 
 
 def peak_memory_gb(device: str) -> float:
@@ -380,21 +454,15 @@ def peak_memory_gb(device: str) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 
 
-def worker(spec: RunSpec, out: Path) -> None:
-    """One rank of one run: writes ``out/rank<R>.json`` (step intervals, phases, peak RSS)."""
+RUNNERS = {"trainer": run_trainer, "hf": run_hf}  # side -> its run on one rank
+
+
+def worker(spec: RunSpec, out: Path, runners: Optional[dict[str, Any]] = None) -> None:
+    """One rank of one run of ``spec.side`` (``runners``: side -> run function, :data:`RUNNERS`
+    by default): writes ``out/rank<R>.json`` (:meth:`SideRun.result`)."""
     rank = int(os.environ.get("RANK", "0"))
-    output_dir = str(out / "output")
-    run = run_trainer if spec.side == "trainer" else run_hf
-    ends, timers, setup_rss, ds_config = run(spec, output_dir)
-    result = {
-        "intervals": [b[0] - a[0] for a, b in zip(ends, ends[1:])],
-        "cpu_intervals": [b[1] - a[1] for a, b in zip(ends, ends[1:])],
-        "ds_config": json.loads(json.dumps(ds_config, default=str)),
-        "phases": timers.steps if timers is not None else None,
-        "peak_rss_gb": peak_memory_gb(spec.device),
-        "setup_rss_gb": setup_rss,
-    }
-    (out / f"rank{rank}.json").write_text(json.dumps(result))
+    run = (runners or RUNNERS)[spec.side](spec, str(out / "output"))
+    (out / f"rank{rank}.json").write_text(json.dumps(run.result(spec.device)))
 
 
 # --- the driver -----------------------------------------------------------------------------------
@@ -410,14 +478,18 @@ class RunResult:
     setup_gb: float
     phases: Optional[dict[str, dict[str, float]]]  # clock -> phase -> median over the timed steps (trainer, rank 0)
     ds_config: dict  # the config DeepSpeed's engine got (rank 0)
+    step_targets: list[int] = field(default_factory=list)  # target tokens of each step, summed over ranks
 
 
-def launch(spec: RunSpec, args: argparse.Namespace, run_dir: Path) -> dict:
+def launch(spec: RunSpec, args: argparse.Namespace, run_dir: Path, script: Optional[Path] = None) -> dict:
+    """Run ``spec`` in fresh processes of ``script``'s ``--worker`` (this file by default); the
+    ranks' records by rank."""
     run_dir.mkdir(parents=True)
     from del_core.parallel.rendezvous import free_port
     from helpers.torchrun import torchrun_command
 
-    worker_args = [str(Path(__file__).resolve()), "--worker", json.dumps(spec.__dict__), "--out", str(run_dir)]
+    entry = (script or Path(__file__)).resolve()
+    worker_args = [str(entry), "--worker", json.dumps(spec.__dict__), "--out", str(run_dir)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
     if spec.device == "cpu":
         env["DS_ACCELERATOR"] = "cpu"
@@ -452,6 +524,7 @@ def summarise(spec: RunSpec, ranks: dict, round_index: int, warmup: int) -> RunR
         max(r["setup_rss_gb"] for r in ranks.values()),
         phases,
         main["ds_config"],
+        [sum(step) for step in zip(*(r["step_targets"] for r in ranks.values()))],
     )
 
 
@@ -560,8 +633,9 @@ def prepare(args: argparse.Namespace, work: Path) -> tuple[str, str]:
     return model, str(rows)
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def argument_parser(description: str) -> argparse.ArgumentParser:
+    """The options of a run of sides (this script's and those that reuse its parts)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--quick", action="store_true", help="short rows, at most 2 rounds of 4 steps; a tiny model unless --model"
     )
@@ -591,7 +665,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--report", help="print the tables of a --json file (of a finished or interrupted table)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def finish_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    """The parsed options made consistent: lists split, --quick's shapes, no phase timers on cuda."""
     args.losses = args.losses.split(",")
     args.nprocs = [int(n) for n in args.nprocs.split(",")]
     if args.quick:
@@ -601,6 +679,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     if args.steps - args.warmup < 1:
         parser.error("--steps must exceed --warmup")
     return args
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argument_parser(__doc__)
+    return finish_args(parser, parser.parse_args(argv))
 
 
 def one_run(args: argparse.Namespace, work: Path, spec: RunSpec, round_index: int) -> RunResult:
