@@ -252,13 +252,16 @@ class Trainer:
             os._exit(17)
 
     def _micro_batches(self) -> list[TokenBatch]:
-        """This rank's micro-batches of the next step, with their number spans and checked target
-        ids (:func:`check_target_ids`), still on the CPU."""
+        """This rank's micro-batches of the next step, with their number spans, their scored
+        positions under ``loss.compact`` (found here, on the host, the compacted path costs no
+        device sync) and checked target ids (:func:`check_target_ids`), still on the CPU."""
         items = self.data.items
         batches = [
             collate([items[i] for i in micro], self.tokens.pad_id).with_spans(self.vocab)
             for micro in self.plan.micro_batches(self.step, self.dims.dp_rank)
         ]
+        if self.config.loss.compact:
+            batches = [batch.with_scored() for batch in batches]
         check_target_ids(batches, self.output_vocab_size)
         return batches
 
@@ -281,6 +284,7 @@ class Trainer:
             num_tokens=counts[0],
             num_digits=counts[1],
             spans=self._spans_input(batch),
+            scored=batch.scored,
         )
 
     def _resolve_auto_weight(self) -> None:

@@ -14,6 +14,8 @@ prints one JSON object (the last line of stdout):
   that method works on host memory only (its batches move to the device afterwards);
 * ``bad_label``: the error one out-of-range label id gives, and how many micro-batches reached the
   engine before it (``{"error": type, "message": str, "engine_calls": int}``);
+* ``compact_step``: the same as ``step``, of a step of the same trainer with ``loss.compact``
+  switched on (the objective's path compacted; the batches carry their scored positions);
 * ``stop``: what ``maybe_checkpoint()`` returns after a step during which a stop was requested;
 * ``modes``: the modules of the set-up objective not in training mode (``eval_mode_modules``).
 """
@@ -44,7 +46,7 @@ def build_trainer(model_dir: Path, work_dir: Path):
         work_dir / "cache",
         **{
             "run.global_batch_size": 4,
-            "run.max_steps": 5,
+            "run.max_steps": 7,
             "run.output_dir": str(work_dir / "run"),
             "run.report_to": "none",
         },
@@ -79,6 +81,15 @@ def counted_step(trainer) -> dict:
         "events": [row for i, row in enumerate(rows) if i not in host],
         "host_batches": [row for i, row in enumerate(rows) if i in host],
     }
+
+
+def compacted(trainer) -> None:
+    """``trainer`` as if set up with ``loss.compact=true``: its objective's path compacted, and its
+    micro-batches made with their scored positions (the trainer reads the key per step)."""
+    from del_core.losses import CompactedPath
+
+    trainer.config.loss.compact = True
+    trainer.objective.path = CompactedPath(trainer.objective.path)
 
 
 def bad_label_step(trainer) -> dict:
@@ -124,6 +135,9 @@ def main(model_dir: str, work_dir: str) -> None:
         trainer.train_step()  # warm-up
         trainer.maybe_checkpoint()
         report = {"step": counted_step(trainer), "modes": report_modes}
+        compacted(trainer)
+        trainer.train_step()  # warm-up of the compacted path
+        report["compact_step"] = counted_step(trainer)
         report["stop"] = stop_step(trainer)
         report["bad_label"] = bad_label_step(trainer)  # last: an error inside a step may leave DeepSpeed mid-step
     finally:

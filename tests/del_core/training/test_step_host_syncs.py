@@ -72,6 +72,16 @@ def test_one_optimizer_step_syncs_the_host_at_most_once(report):
     assert {kind for kind, _, _ in loop} <= {"tolist"}, "the one read should be a single tolist:\n" + _summary(loop)
 
 
+def test_a_compacted_step_adds_no_host_sync(report):
+    """Under loss.compact the scored positions come with the batch, found on the host: the loss
+    (the gather of the rows, the LM head on them) adds no sync, and the loop keeps its one read."""
+    events = report["compact_step"]["events"]
+    loop, losses = _from(events, LOOP), _from(events, ("/del_core/losses/",))
+    print(f"\ncompacted step: loop {len(loop)}, del_core/losses {len(losses)}\n{_summary(loop + losses)}")
+    assert len(loop) <= BUDGET and {kind for kind, _, _ in loop} <= {"tolist"}, _summary(loop)
+    assert losses == [], "the compacted loss synced:\n" + _summary(losses)
+
+
 def test_a_bad_label_id_is_named_before_the_model_sees_the_batch(report):
     bad = report["bad_label"]
     assert bad["error"] == "ValueError", bad
