@@ -291,7 +291,8 @@ def test_compaction_refuses_what_it_cannot_repeat():
     with pytest.raises(ValueError, match="needs an LM head without bias"):
         build_loss_path("chunked", compact=True).check_model(model)
     model.config.final_logit_softcapping = 30.0
-    with pytest.raises(ValueError, match="compacted loss path: the model's final_logit_softcapping=30.0 .* loss.compact=false"):
+    softcapping = "compacted loss path: the model's final_logit_softcapping=30.0 .*loss.compact=false"
+    with pytest.raises(ValueError, match=softcapping):
         build_loss_path("logits", compact=True).check_model(model)
     path = build_loss_path("chunked", chunk_size=9, compact=True)
     assert isinstance(path, CompactedPath) and path.name == "chunked" and path.reads_head_weight
