@@ -253,7 +253,7 @@ class Trainer:
 
     def _micro_batches(self) -> list[TokenBatch]:
         """This rank's micro-batches of the next step, with their number spans, their scored
-        positions under ``loss.compact`` (found here, on the host, the compacted path costs no
+        positions under ``loss.compact`` (found here, on the host: the compacted path then costs no
         device sync) and checked target ids (:func:`check_target_ids`), still on the CPU."""
         items = self.data.items
         batches = [
