@@ -9,9 +9,11 @@ prints one JSON object (the last line of stdout):
 * ``step``: the would-be host syncs (:mod:`helpers.host_syncs`) of one ``train_step()`` +
   ``maybe_checkpoint()`` after a warm-up step (the loss caches its digit columns on the first
   call), as ``{"events": [[kind, origin, origin_file], ...], "host_batches": [...]}``; the events
-  raised while :meth:`Trainer._micro_batches` collates the step's batches on the host are listed
-  apart (``host_batches``): on CPU the counter cannot tell host tensors from device tensors, and
-  that method works on host memory only (its batches move to the device afterwards);
+  raised while :meth:`Trainer._micro_batches` collates the step's batches and
+  :meth:`Trainer._rank_part` cuts this rank's part of each (its scored positions under
+  ``loss.compact``) on the host are listed apart (``host_batches``): on CPU the counter cannot
+  tell host tensors from device tensors, and those methods work on host memory only (their
+  batches move to the device afterwards);
 * ``bad_label``: the error one out-of-range label id gives, and how many micro-batches reached the
   engine before it (``{"error": type, "message": str, "engine_calls": int}``);
 * ``compact_step``: the same as ``step``, of a step of the same trainer with ``loss.compact``
@@ -58,23 +60,23 @@ def build_trainer(model_dir: Path, work_dir: Path):
 
 def counted_step(trainer) -> dict:
     """The events of one train_step() + maybe_checkpoint(), host batch preparation apart."""
-    prepare = trainer._micro_batches
     host_ranges: list[tuple[int, int]] = []
 
-    def marked(log: SyncLog):
-        def wrapper():
+    def marked(log: SyncLog, prepare):
+        def wrapper(*args, **kwargs):
             start = len(log.events)
-            batches = prepare()
+            batches = prepare(*args, **kwargs)
             host_ranges.append((start, len(log.events)))
             return batches
 
         return wrapper
 
     with count_host_syncs() as log:
-        trainer._micro_batches = marked(log)
+        trainer._micro_batches = marked(log, trainer._micro_batches)
+        trainer._rank_part = marked(log, trainer._rank_part)
         trainer.train_step()
         trainer.maybe_checkpoint()
-    del trainer._micro_batches
+    del trainer._micro_batches, trainer._rank_part
     host = {i for start, end in host_ranges for i in range(start, end)}
     rows = [[e.kind, e.origin, e.origin_file] for e in log.events]
     return {

@@ -6,7 +6,8 @@ for them, over one ``Trainer.train_step()`` + ``maybe_checkpoint()`` of a tiny Q
 accumulation 2 (``helpers/step_sync_worker.py``, in its own process). The loop's own code
 (del_core/training, /parallel, /data) may read the device once: the step's metrics, counts, grad
 norm, peak memory and stop flag together. The collation of the step's batches on the host
-(``Trainer._micro_batches``) is reported apart: it works on host memory only, where the counter,
+(``Trainer._micro_batches``, and ``Trainer._rank_part``: each rank's part of them, with its scored
+positions under ``loss.compact``) is reported apart: it works on host memory only, where the counter,
 which on CPU cannot tell host tensors from device ones, sees ``torch.tensor(list)`` and reads of
 the CPU copies that cost no device sync. The loss, transformers and DeepSpeed are reported, not
 held to a budget here (tests/del_core/losses/test_host_syncs.py holds the loss to zero).
