@@ -158,8 +158,8 @@ class DELTrainerMixin:
         given = _bound_arguments(super().__init__, args, kwargs)
         raise_problems(argument_problems(given.get("args"), given.get("compute_loss_func")))
         super().__init__(*args, **kwargs)
-        self._refuse_unsupported_setup(loss_path, chunk_size)
-        self.del_loss_path: LossPath = build_loss_path(loss_path, chunk_size, compact=bool(compact))
+        self._refuse_unsupported_setup(loss_path, chunk_size, compact)
+        self.del_loss_path: LossPath = build_loss_path(loss_path, chunk_size, compact=compact)
         raise_problems(compact_problems(self.model, self.del_loss_path, self.get_sp_size()))
         self._del_host = self._chunked_loss_host()
         chosen = resolve_loss(loss, loss_weight, loss_options, auto_ratio, vocab, self.processing_class, self.model)
@@ -250,11 +250,13 @@ class DELTrainerMixin:
         return window
 
     # --- internals ------------------------------------------------------------------------------
-    def _refuse_unsupported_setup(self, loss_path: str, chunk_size: int) -> None:
+    def _refuse_unsupported_setup(self, loss_path: str, chunk_size: int, compact: bool) -> None:
         problems = argument_problems(self.args, self.compute_loss_func)
         problems += parallelism_problems(self.args.n_gpu, self.get_tp_size(), self.get_cp_size(), self.get_sp_size())
         problems += model_problems(getattr(self.model, "config", None))
         problems += loss_path_problems(loss_path, chunk_size)
+        if not isinstance(compact, bool):
+            problems.append(f"compact={compact!r}: pass True or False")
         raise_problems(problems)
 
     def _chunked_loss_host(self) -> Optional[ChunkedLossHost]:

@@ -60,7 +60,7 @@ class LossConfig(LossSpec):
     compile: bool = False  # torch.compile the loss: one graph, no recompiles across padded lengths
     compile_backend: str = "inductor"  # torch.compile backend (aot_eager: the same ops, for checks)
     # Only the scored positions (label not -100) go through the LM head and the loss: the same loss,
-    # gradients and metrics, without the prompt's logits; one host sync per micro-batch (its size).
+    # gradients and metrics, without the prompt's logits; the positions found on the host batch.
     compact: bool = False
 
     def __post_init__(self) -> None:

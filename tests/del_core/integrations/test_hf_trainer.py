@@ -258,15 +258,19 @@ def test_compact_refuses_what_it_cannot_score_exactly(tiny_model, tokenizer, spe
     assert compact_problems(model, compacted, 1) == []
     assert "LM head without bias" in compact_problems(model, build_loss_path("chunked", compact=True), 1)[0]
     model.config.final_logit_softcapping = 30.0
-    with pytest.raises(UnsupportedSetupError, match="final_logit_softcapping=30.0 transforms the LM head's output"):
-        DELTrainer(
-            model=model,
-            args=worker.training_arguments(tmp_path, layout("one", 4, 1)),
-            train_dataset=spec["rows"][:4],
-            data_collator=worker.collate(tokenizer.pad_token_id),
-            processing_class=tokenizer,
-            compact=True,
-        )
+    for compact, message in (
+        (True, "final_logit_softcapping=30.0 transforms the LM head's output"),
+        ("yes", "compact='yes'"),
+    ):
+        with pytest.raises(UnsupportedSetupError, match=message):
+            DELTrainer(
+                model=model,
+                args=worker.training_arguments(tmp_path, layout("one", 4, 1)),
+                train_dataset=spec["rows"][:4],
+                data_collator=worker.collate(tokenizer.pad_token_id),
+                processing_class=tokenizer,
+                compact=compact,
+            )
 
 
 # --- (2) 1 process x accumulation 4 == 2 processes x accumulation 2 == the whole batch ----------
