@@ -37,6 +37,7 @@ from del_core.data.prompting import (
     require_chat_template,
 )
 from del_core.data.rows import DataError, is_conversation
+from del_core.losses import scored_positions
 from del_core.spans import IGNORE_INDEX, NumberSpans, invalid_labels, number_spans
 from del_core.vocab import DigitVocab
 
@@ -200,6 +201,10 @@ class TokenBatch:
     ``position_ids`` restart at 0 for each packed example. ``spans`` are the number spans of
     ``targets`` (:func:`del_core.number_spans`), computed once per batch by :meth:`with_spans`
     where the batch is made, so neither the normaliser count nor the loss recomputes them.
+    ``scored`` [M] int64, ascending: the flat indices into ``targets.reshape(-1)`` of the scored
+    positions (not -100), found on the host by :meth:`with_scored` for a compacted loss path
+    (``del_core.losses.CompactedPath``), which on the device would cost a host sync. They index
+    this batch's [B, T] as it is: a batch cut or padded to another shape drops them.
     """
 
     input_ids: torch.Tensor
@@ -207,11 +212,17 @@ class TokenBatch:
     attention_mask: torch.Tensor
     position_ids: torch.Tensor
     spans: Optional[NumberSpans] = None
+    scored: Optional[torch.Tensor] = None
 
     def with_spans(self, vocab: Optional[DigitVocab]) -> TokenBatch:
         """This batch with its number spans (none without a digit vocabulary)."""
         spans = number_spans(self.targets, vocab) if vocab is not None else None
         return dataclasses.replace(self, spans=spans)
+
+    def with_scored(self) -> TokenBatch:
+        """This batch with its scored positions (:func:`del_core.losses.scored_positions` of the
+        targets; on host memory, no device sync)."""
+        return dataclasses.replace(self, scored=scored_positions(self.targets))
 
     def to(self, device: torch.device | str) -> TokenBatch:
         """This batch on ``device`` (a new batch; this one is unchanged), by :func:`to_device`."""
@@ -219,8 +230,9 @@ class TokenBatch:
 
     def _map(self, move: Callable[[torch.Tensor], torch.Tensor]) -> TokenBatch:
         spans = NumberSpans(*(move(t) for t in self.spans)) if self.spans is not None else None
+        scored = move(self.scored) if self.scored is not None else None
         return TokenBatch(
-            move(self.input_ids), move(self.targets), move(self.attention_mask), move(self.position_ids), spans
+            move(self.input_ids), move(self.targets), move(self.attention_mask), move(self.position_ids), spans, scored
         )
 
     def counts(self) -> torch.Tensor:

@@ -76,12 +76,14 @@ from del_core.integrations.sequence_parallel import WholeSequenceSpans
 from del_core.integrations.setup_checks import (
     UnsupportedSetupError,
     argument_problems,
+    compact_problems,
     head_weight,
     loss_path_problems,
     model_problems,
     parallelism_problems,
     raise_problems,
     sequence_parallel_problems,
+    unsharded_head,
 )
 from del_core.integrations.zero3_head import HOST_NAME, ChunkedLossHost, attach_chunked_loss_host, loss_output
 from del_core.losses import (
@@ -116,7 +118,15 @@ class DELTrainerMixin:
     * ``vocab``: the :class:`del_core.DigitVocab`; default: from the ``processing_class`` tokenizer;
     * ``loss_path``: ``"logits"`` (default) or ``"chunked"`` (from the last hidden states, chunk by
       chunk, never holding the [B, T, V] logits; under ZeRO-3 too), ``chunk_size`` tokens per chunk
-      (256).
+      (256);
+    * ``compact``: the path on the scored positions alone (default False): the model's forward
+      keeps the last position's logits only, the last hidden states of the positions whose target
+      is not -100 are gathered, and only they go through the LM head (the head module on
+      ``"logits"``, the head weight chunk by chunk on ``"chunked"``) and the loss, with the same
+      loss and gradients (:class:`del_core.losses.CompactedPath`; one host-device sync per
+      micro-batch, for the gather's size). Refused for a model whose logits are more than the head
+      module's output (``final_logit_softcapping``, ``logit_scale``, ``logits_scaling``), a head
+      with a bias on ``"chunked"``, and with sequence parallelism.
 
     Refused with :class:`~del_core.integrations.UnsupportedSetupError` naming the setting: a
     ``compute_loss_func``, ``use_liger_kernel=True``, label smoothing, a TRL ``loss_type`` other
@@ -142,13 +152,15 @@ class DELTrainerMixin:
         vocab: Optional[DigitVocab] = None,
         loss_path: str = "logits",
         chunk_size: int = 256,
+        compact: bool = False,
         **kwargs: Any,
     ):
         given = _bound_arguments(super().__init__, args, kwargs)
         raise_problems(argument_problems(given.get("args"), given.get("compute_loss_func")))
         super().__init__(*args, **kwargs)
-        self._refuse_unsupported_setup(loss_path, chunk_size)
-        self.del_loss_path: LossPath = build_loss_path(loss_path, chunk_size)
+        self._refuse_unsupported_setup(loss_path, chunk_size, compact)
+        self.del_loss_path: LossPath = build_loss_path(loss_path, chunk_size, compact=compact)
+        raise_problems(compact_problems(self.model, self.del_loss_path, self.get_sp_size()))
         self._del_host = self._chunked_loss_host()
         chosen = resolve_loss(loss, loss_weight, loss_options, auto_ratio, vocab, self.processing_class, self.model)
         self.del_loss, self.del_loss_spec = chosen.loss, chosen.spec
@@ -238,11 +250,13 @@ class DELTrainerMixin:
         return window
 
     # --- internals ------------------------------------------------------------------------------
-    def _refuse_unsupported_setup(self, loss_path: str, chunk_size: int) -> None:
+    def _refuse_unsupported_setup(self, loss_path: str, chunk_size: int, compact: bool) -> None:
         problems = argument_problems(self.args, self.compute_loss_func)
         problems += parallelism_problems(self.args.n_gpu, self.get_tp_size(), self.get_cp_size(), self.get_sp_size())
         problems += model_problems(getattr(self.model, "config", None))
         problems += loss_path_problems(loss_path, chunk_size)
+        if not isinstance(compact, bool):
+            problems.append(f"compact={compact!r}: pass True or False")
         raise_problems(problems)
 
     def _chunked_loss_host(self) -> Optional[ChunkedLossHost]:
@@ -260,14 +274,21 @@ class DELTrainerMixin:
         the targets' number spans computed on the whole sequences, or None (computed here)."""
         unwrapped = self.accelerator.unwrap_model(model)
         run = TrainerModelRun(
-            model, self._forward_inputs(inputs), targets, type(unwrapped).__name__, lambda: self._head_weight(unwrapped)
+            model,
+            self._forward_inputs(inputs),
+            targets,
+            type(unwrapped).__name__,
+            lambda: self._head_weight(unwrapped),
+            lambda: unsharded_head(unwrapped, "compact=True"),
         )
         path = self.del_loss_path
         output = path.model_output(run)
         self.del_loss.set_sequence_shard(self._sequence_shard() if model.training else None)
         calls = LossCalls.of(self._loss_on(output.device))
         if self._del_host is None:
-            score = functools.partial(path.score, calls, output, targets, head_weight=run.head_weight, spans=spans)
+            score = functools.partial(
+                path.score, calls, output, targets, head_weight=run.head_weight, spans=spans, head=run.head
+            )
             return run.outputs, score
         if getattr(unwrapped, HOST_NAME, None) is not self._del_host:
             raise UnsupportedSetupError(

@@ -19,7 +19,8 @@ class TrainerModelRun:
     """One batch's run of ``model`` (as the Trainer wrapped it) on ``inputs`` (the forward's keyword
     arguments), checked against ``targets`` [B, T]; ``model_name`` names the model in errors;
     ``read_head_weight`` reads the LM-head weight [V, H] the loss scores against (after the
-    forward). ``outputs`` holds the forward's outputs once a path ran it."""
+    forward); ``read_head`` the LM-head module a compacted path runs on the gathered rows.
+    ``outputs`` holds the forward's outputs once a path ran it."""
 
     def __init__(
         self,
@@ -28,9 +29,10 @@ class TrainerModelRun:
         targets: torch.Tensor,
         model_name: str,
         read_head_weight: Callable[[], torch.Tensor],
+        read_head: Callable[[], torch.nn.Module],
     ):
         self.model, self.inputs, self.targets, self.model_name = model, inputs, targets, model_name
-        self._read_head_weight = read_head_weight
+        self._read_head_weight, self._read_head = read_head_weight, read_head
         self.outputs: Any = None
 
     def logits(self) -> torch.Tensor:
@@ -46,3 +48,8 @@ class TrainerModelRun:
 
     def head_weight(self) -> torch.Tensor:
         return self._read_head_weight()
+
+    def head(self, rows: torch.Tensor) -> torch.Tensor:
+        """The LM-head module on ``rows`` [M, H] of the last hidden states: [M, V], through the
+        module (ZeRO-3's hooks on it gather its weight, as in the model's forward)."""
+        return self._read_head()(rows)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from del_core.losses import LOSS_PATHS
+from del_core.losses import LOSS_PATHS, CompactedPath, LossPath
 
 
 class UnsupportedSetupError(ValueError):
@@ -83,6 +83,25 @@ def sequence_parallel_problems(sp_size: int, weight_is_auto: bool, deepspeed: bo
     return problems
 
 
+def compact_problems(model: torch.nn.Module, path: LossPath, sp_size: int) -> list[str]:
+    """What ``compact=True`` cannot score exactly: a model whose logits are more than its LM-head
+    module's output, the path's own refusals (:meth:`del_core.losses.LossPath.check_model`: a head
+    with a bias on the chunked path), and sequence parallelism (each rank holds a shard of every
+    sequence). Nothing when ``path`` is not compacted."""
+    if not isinstance(path, CompactedPath):
+        return []
+    problems = []
+    if sp_size > 1:
+        problems.append(f"compact=True with sequence parallelism (sp_size={sp_size}); pass compact=False")
+    if not hasattr(model, "get_output_embeddings") or model.get_output_embeddings() is None:
+        return [*problems, f"compact=True: {type(model).__name__} has no LM-head module (get_output_embeddings)"]
+    try:
+        path.check_model(model)
+    except ValueError as error:
+        problems.append(str(error))
+    return problems
+
+
 def model_problems(config: Any) -> list[str]:
     """Models whose logits are not next-token predictions of their own inputs."""
     if getattr(config, "is_encoder_decoder", False):
@@ -134,7 +153,7 @@ def model_hidden_states(outputs: Any, targets: torch.Tensor, model_name: str) ->
     if not states:
         raise UnsupportedSetupError(
             f"the forward of {model_name} returned no hidden_states with output_hidden_states=True: "
-            "loss_path='chunked' needs them; use loss_path='logits'"
+            "loss_path='chunked' and compact=True need them; use loss_path='logits' without compact"
         )
     if states[-1].shape[:-1] != targets.shape:
         raise UnsupportedSetupError(
@@ -144,20 +163,31 @@ def model_hidden_states(outputs: Any, targets: torch.Tensor, model_name: str) ->
     return states[-1]
 
 
+def unsharded_head(model: torch.nn.Module, setting: str) -> torch.nn.Module:
+    """The LM-head module of ``model``, for a loss that uses it after the model's forward; refused
+    (``setting`` names that loss's option) when FSDP2 holds only this rank's rows of its weight.
+    (Under ZeRO-3 its weight is partitioned here, and gathered by the module's own hooks when it
+    runs.)"""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None:
+        raise UnsupportedSetupError(f"{setting}: {type(model).__name__} has no LM-head module")
+    # A DTensor: FSDP2 resharded the head's unit after the forward and holds only this rank's rows.
+    # The Trainer's FSDP2 (accelerate) never does: it gives the head's unit reshard_after_forward=False.
+    if getattr(getattr(head, "weight", None), "placements", None) is not None:
+        raise UnsupportedSetupError(
+            f"{setting}: the LM-head weight is sharded where the loss reads it (a model wrapped with "
+            "fully_shard(..., reshard_after_forward=True) on the head's unit); let the Trainer's fsdp settings "
+            "wrap the model (accelerate keeps the head's unit unsharded from the forward to the backward) or use "
+            "loss_path='logits' without compact"
+        )
+    return head
+
+
 def head_weight(model: torch.nn.Module) -> torch.Tensor:
     """The LM-head weight [V, H] (the parameter itself: gradients flow into it); refuses a head
     with a bias (the chunked path scores ``hidden @ weight.T`` only)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    head = unsharded_head(model, "loss_path='chunked'")
     weight = getattr(head, "weight", None)
-    # A DTensor: FSDP2 resharded the head's unit after the forward and holds only this rank's rows.
-    # The Trainer's FSDP2 (accelerate) never does: it gives the head's unit reshard_after_forward=False.
-    if getattr(weight, "placements", None) is not None:
-        raise UnsupportedSetupError(
-            "loss_path='chunked': the LM-head weight is sharded where the loss reads it (a model wrapped with "
-            "fully_shard(..., reshard_after_forward=True) on the head's unit); let the Trainer's fsdp settings "
-            "wrap the model (accelerate keeps the head's unit unsharded from the forward to the backward) or use "
-            "loss_path='logits'"
-        )
     if weight is None or weight.dim() != 2:
         raise UnsupportedSetupError(f"loss_path='chunked': {type(model).__name__} has no [V, H] LM-head weight")
     if getattr(head, "bias", None) is not None:

@@ -21,8 +21,10 @@ not -100; :func:`scored_positions`) are gathered once, [M, H], and only they go 
 (the head module itself on ``"logits"``, the head weight chunk by chunk on ``"chunked"``) and the
 loss. The loss reads the number structure of the whole labels at those positions
 (``NumericLoss.forward(..., positions=)``), so the loss, its gradients and its metrics are those of
-the uncompacted path. The gather's size depends on the labels: one host-device synchronisation per
-call (``nonzero``), the only one a compacted path adds.
+the uncompacted path. The gather's size depends on the labels: a caller that found the scored
+positions on the host (the trainer, ``TokenBatch.with_scored``) hands them in (``positions=``) and
+the path adds no host-device synchronisation; otherwise it finds them on the device, one
+synchronisation per call (``nonzero``).
 
 The callers never branch on the path: each asks the run for what it needs and scores it.
 """
@@ -127,7 +129,8 @@ class LossPath(ABC):
         process's vocabulary columns under tensor parallelism; ``spans``: the targets' number spans
         if known; ``head``: the LM-head module's call on rows [M, H] (:meth:`CausalLMRun.head`;
         read by a compacted path); ``positions`` [M]: ``output`` holds only these flat positions of
-        ``targets`` (one row each; ``NumericLoss.forward``)."""
+        ``targets`` (one row each; ``NumericLoss.forward``), or, on a compacted path, whose
+        ``output`` is whole, the scored positions to gather (:class:`CompactedPath`)."""
 
 
 class LogitsPath(LossPath):
@@ -220,12 +223,14 @@ def scored_positions(targets: torch.Tensor) -> torch.Tensor:
 
 class CompactedPath(LossPath):
     """``inner`` (a :class:`LogitsPath` or :class:`ChunkedPath`) on the scored positions alone:
-    the body's last hidden states [..., T, H] are gathered at :func:`scored_positions` once per
-    call, [M, H], and scored as ``inner`` scores its output, with the loss told the positions (the
+    the body's last hidden states [..., T, H] are gathered at the scored positions once per call,
+    [M, H], and scored as ``inner`` scores its output, with the loss told the positions (the
     number spans and runs stay those of the whole labels). On ``"logits"`` the rows go through the
     LM-head module (:meth:`CausalLMRun.head`), giving [M, V] logits; on ``"chunked"`` they are
-    scored against the head weight ``chunk_size`` rows at a time. One host-device synchronisation
-    per call (the gather's size); the normalisers stay the given global counts."""
+    scored against the head weight ``chunk_size`` rows at a time. The positions are ``score``'s
+    ``positions=`` when the caller has them (exactly :func:`scored_positions` of ``targets``, e.g.
+    found on the host: no host sync), else :func:`scored_positions` on ``targets``' device (one
+    host-device synchronisation per call). The normalisers stay the given global counts."""
 
     def __init__(self, inner: LossPath):
         if isinstance(inner, CompactedPath):
@@ -243,8 +248,9 @@ class CompactedPath(LossPath):
             value = getattr(config, key, None)
             if value not in (None, neutral):
                 raise ValueError(
-                    f"loss.compact=true: the model's {key}={value} transforms the LM head's output, "
-                    "which the compacted path does not repeat; use loss.compact=false"
+                    f"a compacted loss path: the model's {key}={value} transforms the LM head's output, which "
+                    "the compacted path does not repeat; turn compaction off (loss.compact=false; compact=False "
+                    "in the Trainer adapters)"
                 )
 
     def model_output(self, run: CausalLMRun) -> torch.Tensor:
@@ -264,9 +270,8 @@ class CompactedPath(LossPath):
         head: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
         positions: Optional[torch.Tensor] = None,
     ) -> LossOutput:
-        if positions is not None:
-            raise ValueError("a compacted path chooses its positions itself (the scored ones)")
-        positions = scored_positions(targets)
+        if positions is None:
+            positions = scored_positions(targets)
         rows = output.reshape(-1, output.shape[-1]).index_select(0, positions)
         if not self.inner.reads_head_weight:
             if head is None:

@@ -155,7 +155,7 @@ def shard_runs(
     two numbers. With a shard, each rank puts its positions' digit / point codes (one int64 per
     position) into its slot of the whole batch, the group sums them (every rank then holds the
     whole sequences' digits, never logits), and the runs are those of the whole sequences, read
-    at this rank's positions."""
+    at this rank's positions (with ``positions``: at those of the shard's flat positions)."""
     if shard is None or shard.parts == 1:
         runs = batch_runs(spans, rows, join_points)
         digits, starts = per_row_count(runs.is_digit, runs, rows), per_row_count(runs.is_run_start, runs, rows)
@@ -163,8 +163,6 @@ def shard_runs(
             return ShardRuns(runs, runs.is_digit.numel(), None, digits, starts, None)
         read = NumberRuns(*(field.index_select(0, positions) for field in runs))
         return ShardRuns(read, runs.is_digit.numel(), positions, digits, starts, None)
-    if positions is not None:
-        raise ValueError("a compacted loss call (positions) under sequence parallelism is not supported")
     rows = max(rows, 1)
     local = spans.is_digit.numel() // rows
     code = torch.where(spans.is_digit, spans.digit_value + 1, torch.where(spans.is_point, _POINT_CODE, 0))
@@ -174,11 +172,13 @@ def shard_runs(
     is_digit = (whole >= 1) & (whole <= 10)
     runs = number_runs(is_digit, whole - 1, whole == _POINT_CODE, join_points)
     offsets = torch.arange(rows, device=code.device).unsqueeze(-1) * (shard.parts * local) + shard.rank * local
-    positions = (offsets + torch.arange(local, device=code.device)).reshape(-1)
+    in_whole = (offsets + torch.arange(local, device=code.device)).reshape(-1)  # the shard's positions
+    if positions is not None:
+        in_whole = in_whole.index_select(0, positions)
     return ShardRuns(
-        NumberRuns(*(field[positions] for field in runs)),
+        NumberRuns(*(field[in_whole] for field in runs)),
         runs.is_digit.numel(),
-        positions,
+        in_whole,
         per_row_count(runs.is_digit, runs, rows),
         per_row_count(runs.is_run_start, runs, rows),
         shard.sum_over_group,

@@ -60,7 +60,7 @@ class LossConfig(LossSpec):
     compile: bool = False  # torch.compile the loss: one graph, no recompiles across padded lengths
     compile_backend: str = "inductor"  # torch.compile backend (aot_eager: the same ops, for checks)
     # Only the scored positions (label not -100) go through the LM head and the loss: the same loss,
-    # gradients and metrics, without the prompt's logits; one host sync per micro-batch (its size).
+    # gradients and metrics, without the prompt's logits; the positions found on the host batch.
     compact: bool = False
 
     def __post_init__(self) -> None:
@@ -224,17 +224,12 @@ class TrainConfig:
         backend_type(self.parallel.engine).check(dotted_values(self))
 
     def _check_compact_loss(self) -> None:
-        """loss.compact gathers the scored positions of whole, unsharded sequences into one LM head."""
-        if not self.loss.compact:
-            return
-        for key, value, why in (
-            ("parallel.tp", self.parallel.tp, "the LM head's vocabulary shards would each need the same gather"),
-            ("parallel.sp", self.parallel.sp, "a rank holds a shard of each sequence, not the whole labels"),
-        ):
-            if value > 1:
-                raise ConfigError(
-                    f"loss.compact=true with {key}={value} is not supported ({why}); set loss.compact=false"
-                )
+        """loss.compact gathers the scored positions into one LM head, not into vocabulary shards."""
+        if self.loss.compact and self.parallel.tp > 1:
+            raise ConfigError(
+                f"loss.compact=true with parallel.tp={self.parallel.tp} is not supported (the LM head's "
+                "vocabulary shards would each need the same gather); set loss.compact=false"
+            )
 
     def _check_padding_free(self) -> None:
         """data.padding_free where it is not exact or not verified: refused by key."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from del_core import LossOutput, NumberSpans, NumericLoss
-from del_core.losses import LossCalls, LossPath, build_loss_path
+from del_core.losses import CompactedPath, LossCalls, LossPath, build_loss_path
 
 if TYPE_CHECKING:
     from del_core import DigitVocab
@@ -62,7 +62,10 @@ class CausalLMObjective(torch.nn.Module):
     compile_loss: a :class:`LossCompilation` to run the loss under ``torch.compile`` (dynamic
     shapes, full graph: a graph break is an error, not a silent slowdown), else None (eager).
     compact: the path on the scored positions alone (:class:`del_core.losses.CompactedPath`: the
-    LM head and the loss see the rows whose target is not -100; one host sync per micro-batch).
+    LM head and the loss see the rows whose target is not -100); scored: [M] int64, the flat
+    indices of those positions in ``targets.reshape(-1)`` found on the host where the batch was
+    made (``TokenBatch.with_scored``; only with ``compact``), else the path finds them on the
+    device (one host sync per micro-batch).
     """
 
     def __init__(
@@ -141,7 +144,10 @@ class CausalLMObjective(torch.nn.Module):
         num_tokens: Optional[torch.Tensor] = None,
         num_digits: Optional[torch.Tensor] = None,
         spans: Optional[NumberSpans] = None,
+        scored: Optional[torch.Tensor] = None,
     ) -> dict[str, torch.Tensor]:
+        if scored is not None and not isinstance(self.path, CompactedPath):
+            raise ValueError("scored positions are read by a compacted loss path only (compact=True)")
         inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         run = ObjectiveRun(self, inputs)
         output = self.path.model_output(run)
@@ -155,6 +161,7 @@ class CausalLMObjective(torch.nn.Module):
             vocab_slice=self.vocab_slice,
             spans=spans,
             head=run.head,
+            positions=scored,
         )
         return as_named_tensors(out)
 

@@ -262,14 +262,20 @@ class Trainer:
         check_target_ids(batches, self.output_vocab_size)
         return batches
 
+    def _rank_part(self, cpu_batch: TokenBatch, whole: bool = False) -> TokenBatch:
+        """What this rank's objective scores of a micro-batch, still on the CPU: under sequence
+        parallelism its shard (its spans cut from the whole batch's), unless ``whole`` (evaluation
+        attention, every rank the whole batch); under ``loss.compact`` with the scored positions
+        of that part, found here on the host (the compacted path then costs no device sync)."""
+        batch = cpu_batch if whole else shard_batch(cpu_batch, self.dims.sp_rank, self.dims.sp, self.tokens.pad_id)
+        return batch.with_scored() if self.config.loss.compact else batch
+
     def _forward(
         self, batch: TokenBatch, counts: tuple[torch.Tensor, torch.Tensor], whole: bool = False
     ) -> dict[str, torch.Tensor]:
-        """The objective through the engine on one micro-batch (on the device), with the global
-        counts; under sequence parallelism on this rank's shard of it (its spans cut from the
-        whole batch's), unless ``whole`` (evaluation attention, every rank the whole batch)."""
-        if not whole:
-            batch = shard_batch(batch, self.dims.sp_rank, self.dims.sp, self.tokens.pad_id)
+        """The objective through the engine on this rank's part of one micro-batch
+        (:meth:`_rank_part`, on the device), with the global counts; under sequence parallelism
+        told its shard, unless ``whole``."""
         self.objective.loss_fn.set_sequence_shard(
             None if whole else sequence_shard(self.dims.sp_rank, self.dims.sp, self.dims.sp_group)
         )
@@ -281,6 +287,7 @@ class Trainer:
             num_tokens=counts[0],
             num_digits=counts[1],
             spans=self._spans_input(batch),
+            scored=batch.scored,
         )
 
     def _resolve_auto_weight(self) -> None:
@@ -321,7 +328,7 @@ class Trainer:
         self, cpu_batch: TokenBatch, counts: tuple[torch.Tensor, torch.Tensor], whole: bool = False
     ) -> torch.Tensor:
         """The [2] tensor (ce, aux) of one micro-batch with the step's global normalisers."""
-        out = self._forward(cpu_batch.to(self.runtime.device), counts, whole=whole)
+        out = self._forward(self._rank_part(cpu_batch, whole).to(self.runtime.device), counts, whole=whole)
         return torch.stack([out["ce"], out["aux"]])
 
     def train_step(self) -> TrainRecord:
@@ -342,7 +349,7 @@ class Trainer:
         if loss_fn.needs.step_totals:
             self._measure_step_totals(batches, counts)
         for cpu_batch in batches:
-            batch = cpu_batch.to(self.runtime.device)  # non-blocking from pinned memory on a GPU
+            batch = self._rank_part(cpu_batch).to(self.runtime.device)  # non-blocking from pinned memory on a GPU
             out = self._forward(batch, counts)
             # Each micro-batch loss is already divided by the global counts: the gradient wanted is
             # the plain sum over micro-batches and ranks, which the engine averages over.

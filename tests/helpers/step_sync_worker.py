@@ -9,11 +9,15 @@ prints one JSON object (the last line of stdout):
 * ``step``: the would-be host syncs (:mod:`helpers.host_syncs`) of one ``train_step()`` +
   ``maybe_checkpoint()`` after a warm-up step (the loss caches its digit columns on the first
   call), as ``{"events": [[kind, origin, origin_file], ...], "host_batches": [...]}``; the events
-  raised while :meth:`Trainer._micro_batches` collates the step's batches on the host are listed
-  apart (``host_batches``): on CPU the counter cannot tell host tensors from device tensors, and
-  that method works on host memory only (its batches move to the device afterwards);
+  raised while :meth:`Trainer._micro_batches` collates the step's batches and
+  :meth:`Trainer._rank_part` cuts this rank's part of each (its scored positions under
+  ``loss.compact``) on the host are listed apart (``host_batches``): on CPU the counter cannot
+  tell host tensors from device tensors, and those methods work on host memory only (their
+  batches move to the device afterwards);
 * ``bad_label``: the error one out-of-range label id gives, and how many micro-batches reached the
   engine before it (``{"error": type, "message": str, "engine_calls": int}``);
+* ``compact_step``: the same as ``step``, of a step of the same trainer with ``loss.compact``
+  switched on (the objective's path compacted; the batches carry their scored positions);
 * ``stop``: what ``maybe_checkpoint()`` returns after a step during which a stop was requested;
 * ``modes``: the modules of the set-up objective not in training mode (``eval_mode_modules``).
 """
@@ -44,7 +48,7 @@ def build_trainer(model_dir: Path, work_dir: Path):
         work_dir / "cache",
         **{
             "run.global_batch_size": 4,
-            "run.max_steps": 5,
+            "run.max_steps": 7,
             "run.output_dir": str(work_dir / "run"),
             "run.report_to": "none",
         },
@@ -56,29 +60,38 @@ def build_trainer(model_dir: Path, work_dir: Path):
 
 def counted_step(trainer) -> dict:
     """The events of one train_step() + maybe_checkpoint(), host batch preparation apart."""
-    prepare = trainer._micro_batches
     host_ranges: list[tuple[int, int]] = []
 
-    def marked(log: SyncLog):
-        def wrapper():
+    def marked(log: SyncLog, prepare):
+        def wrapper(*args, **kwargs):
             start = len(log.events)
-            batches = prepare()
+            batches = prepare(*args, **kwargs)
             host_ranges.append((start, len(log.events)))
             return batches
 
         return wrapper
 
     with count_host_syncs() as log:
-        trainer._micro_batches = marked(log)
+        trainer._micro_batches = marked(log, trainer._micro_batches)
+        trainer._rank_part = marked(log, trainer._rank_part)
         trainer.train_step()
         trainer.maybe_checkpoint()
-    del trainer._micro_batches
+    del trainer._micro_batches, trainer._rank_part
     host = {i for start, end in host_ranges for i in range(start, end)}
     rows = [[e.kind, e.origin, e.origin_file] for e in log.events]
     return {
         "events": [row for i, row in enumerate(rows) if i not in host],
         "host_batches": [row for i, row in enumerate(rows) if i in host],
     }
+
+
+def compacted(trainer) -> None:
+    """``trainer`` as if set up with ``loss.compact=true``: its objective's path compacted, and its
+    micro-batches made with their scored positions (the trainer reads the key per step)."""
+    from del_core.losses import CompactedPath
+
+    trainer.config.loss.compact = True
+    trainer.objective.path = CompactedPath(trainer.objective.path)
 
 
 def bad_label_step(trainer) -> dict:
@@ -124,6 +137,9 @@ def main(model_dir: str, work_dir: str) -> None:
         trainer.train_step()  # warm-up
         trainer.maybe_checkpoint()
         report = {"step": counted_step(trainer), "modes": report_modes}
+        compacted(trainer)
+        trainer.train_step()  # warm-up of the compacted path
+        report["compact_step"] = counted_step(trainer)
         report["stop"] = stop_step(trainer)
         report["bad_label"] = bad_label_step(trainer)  # last: an error inside a step may leave DeepSpeed mid-step
     finally:

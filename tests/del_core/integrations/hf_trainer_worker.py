@@ -6,7 +6,7 @@ for a few steps and writes what the tests compare. One process, or under torch.d
 SPEC: ``{"model": DIR, "out": DIR, "rows": [{"input_ids": [...], "labels": [...]}, ...],
 "sft_rows": [{"prompt", "completion"}, ...], "runs": [RUN, ...]}`` with RUN ``{"name", "micro",
 "accumulation", "steps", "variant", "deepspeed", "loss_path", "weight", "lora", "sp", "fsdp",
-"cpu_offload", "trainer"}``.
+"cpu_offload", "trainer", "compact"}``.
 ``variant`` is ``"global"`` (the integration as shipped) or a deliberately wrong normalisation:
 ``"per_micro_batch"`` (each micro-batch's digit term divided by its own digit count),
 ``"rank_local"`` (digits counted over this rank's window only, not all-reduced),
@@ -17,7 +17,8 @@ rank's shard of the LM head). ``weight`` is lambda (default 0.5; ``"auto"`` meas
 config dict or null; ``sp`` (default 1) the DeepSpeed Ulysses sequence-parallel size of an
 accelerate ``ParallelismConfig``; ``fsdp`` the TrainingArguments of FSDP (on the CPU through
 :func:`allow_fsdp_on_cpu`), ``cpu_offload`` (default false) with FSDP2's CPU offload policy;
-``trainer="sft"`` trains ``DELSFTTrainer`` (TRL) on the ``sft_rows`` instead. Rank 0 writes
+``trainer="sft"`` trains ``DELSFTTrainer`` (TRL) on the ``sft_rows`` instead; ``compact`` (default
+false) the adapter's ``compact=True``. Rank 0 writes
 ``OUT/NAME.json`` (the Trainer's per-step logs), ``OUT/NAME.pt`` (the final weights, gathered
 under ZeRO-3 and FSDP) and ``OUT/NAME.engine.json`` (the engines that trained,
 :func:`engine_facts`, and the lambda of ``weight="auto"``).
@@ -264,6 +265,7 @@ def train(spec: dict, run: dict) -> DELTrainer:
         "loss": run.get("loss", "del"),
         "loss_weight": run.get("weight", 0.5),
         "loss_path": run.get("loss_path", "logits"),
+        "compact": run.get("compact", False),
     }
     loss["loss_options"] = run.get("loss_options")
     if run.get("trainer") == "sft":

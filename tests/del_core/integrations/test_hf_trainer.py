@@ -147,7 +147,7 @@ def run_gaps(run: tuple[list[dict], dict], reference: tuple[list[dict], dict]) -
 
 
 def one_batch_trainer(
-    tiny_model, tokenizer, rows, tmp_path, loss: str, loss_path: str = "logits", loss_options=None
+    tiny_model, tokenizer, rows, tmp_path, loss: str, loss_path: str = "logits", loss_options=None, **extra
 ) -> DELTrainer:
     from transformers import AutoModelForCausalLM
 
@@ -163,6 +163,7 @@ def one_batch_trainer(
         loss_path=loss_path,
         loss_options=loss_options,
         chunk_size=5,
+        **extra,
     )
 
 
@@ -229,6 +230,85 @@ def test_one_batch_loss_and_gradient_equal_build_loss(name, loss_path, options, 
     if name == "ntil" and options is None:
         noiseless = parameter_gradients(model, reference_loss(model, batch, name, vocab, {"noise_scale": 0.0}))
         assert gradient_gap(grads, noiseless) > 100 * tol, gradient_gap(grads, noiseless)
+
+
+def one_batch_loss_and_gradients(
+    trainer: DELTrainer, batch: dict, logits_shapes: Optional[list] = None
+) -> tuple[float, dict[str, torch.Tensor]]:
+    """The loss ``compute_loss`` returns for ``batch`` as the one micro-batch of a step, and the
+    gradient of every parameter; ``logits_shapes`` gets the logits' shape of each forward of
+    ``compute_loss``."""
+    model = trainer.model.train()
+    trainer.get_batch_samples(iter([batch]), 1, trainer.args.device)
+    if logits_shapes is not None:
+        model.register_forward_hook(lambda module, args, out: logits_shapes.append(tuple(out.logits.shape)))
+    loss = trainer.compute_loss(model, dict(batch))
+    loss.backward()
+    return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+COMPACTED = [(name, path) for name in ("del", "number_level", "ntil") for path in ("logits", "chunked")]
+
+
+@pytest.mark.parametrize("name, loss_path", COMPACTED)
+def test_one_batch_compacted_loss_and_gradient_equal_the_full_path(
+    name, loss_path, tiny_model, tokenizer, spec, tmp_path
+):
+    """``compact=True``: the LM head and the loss on the scored positions alone give the full
+    path's loss and gradients (the full path is ``build_loss`` on the shifted logits, above), for
+    the losses that read the number structure (DEL's spans, the number-level runs, NTIL's step
+    totals and noise) on both paths. The forward keeps the last position's logits only."""
+    rows = spec["rows"][:4]
+    options = {"loss_options": {"noise_scale": 0.5}} if name == "ntil" else {}
+    full = one_batch_trainer(tiny_model, tokenizer, rows, tmp_path / "full", name, loss_path, **options)
+    compact = one_batch_trainer(
+        tiny_model, tokenizer, rows, tmp_path / "compact", name, loss_path, compact=True, **options
+    )
+    batch = next(iter(full.get_train_dataloader()))
+    assert (batch["labels"] == -100).float().mean() > 0.3  # prompts and padding: rows left out
+    want, want_grads = one_batch_loss_and_gradients(full, batch)
+    forwards = []
+    got, got_grads = one_batch_loss_and_gradients(compact, batch, forwards)
+    assert forwards == [(batch["input_ids"].shape[0], 1, compact.model.config.vocab_size)]
+    assert want_grads.keys() == got_grads.keys()
+    gaps = {
+        "loss": abs(got - want),
+        "gradients": max((got_grads[k] - want_grads[k]).abs().max().item() for k in want_grads),
+    }
+    print(f"\ncompact=True vs full, {name} on {loss_path} (max abs):", json.dumps(gaps))
+    # The same fp32 sums over fewer rows and in another order: the losses (~14.7) within 4 ulps.
+    assert gaps["loss"] <= 4e-6 and gaps["gradients"] <= 1e-6, gaps
+
+
+def test_compact_refuses_what_it_cannot_score_exactly(tiny_model, tokenizer, spec, tmp_path):
+    """A softcapped model's logits are more than its head's output; the chunked path scores a head
+    without bias only."""
+    from transformers import AutoModelForCausalLM
+
+    from del_core.integrations.setup_checks import compact_problems
+    from del_core.losses import build_loss_path
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    compacted = build_loss_path("logits", compact=True)
+    assert compact_problems(model, compacted, 1) == compact_problems(model, build_loss_path("logits"), 2) == []
+    assert "sequence parallelism (sp_size=2)" in compact_problems(model, compacted, 2)[0]
+    model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.config.vocab_size))
+    assert compact_problems(model, compacted, 1) == []
+    assert "LM head without bias" in compact_problems(model, build_loss_path("chunked", compact=True), 1)[0]
+    model.config.final_logit_softcapping = 30.0
+    for compact, message in (
+        (True, "final_logit_softcapping=30.0 transforms the LM head's output"),
+        ("yes", "compact='yes'"),
+    ):
+        with pytest.raises(UnsupportedSetupError, match=message):
+            DELTrainer(
+                model=model,
+                args=worker.training_arguments(tmp_path, layout("one", 4, 1)),
+                train_dataset=spec["rows"][:4],
+                data_collator=worker.collate(tokenizer.pad_token_id),
+                processing_class=tokenizer,
+                compact=compact,
+            )
 
 
 # --- (2) 1 process x accumulation 4 == 2 processes x accumulation 2 == the whole batch ----------
@@ -414,7 +494,8 @@ def test_fsdp2_four_processes_match_one_process(spec, one_process, one_process_l
 def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
     """2 processes x accumulation 2 under ZeRO-3, ZeRO-2, and ZeRO-3 and ZeRO-2 with the loss chunked
     from the hidden states (under ZeRO-3 the partitioned LM-head weight gathered for the loss's
-    forward and backward, its gradient reduce-scattered into ZeRO-3's partitions): finite,
+    forward and backward, its gradient reduce-scattered into ZeRO-3's partitions), and ZeRO-3 with
+    ``compact=True`` (the head module on the scored positions alone, against 1x4): finite,
     decreasing losses, the 1-process (1x4) first-step loss, and the same
     losses as 1x4 on the same loss path to 1e-5 and final weights to 1e-5 (1e-4 on the chunked
     path, see below). (The two paths' gradients agree to 1e-5, see the one-batch test; Adam
@@ -422,6 +503,9 @@ def test_zero3_and_zero2_two_processes_match_one_process(spec, one_process):
     runs = [layout("zero3", 2, 2, deepspeed=zero_config(3)), layout("zero2", 2, 2, deepspeed=zero_config(2))]
     runs.append(layout("zero2-chunked", 2, 2, deepspeed=zero_config(2), loss_path="chunked"))
     runs.append(layout("zero3-chunked", 2, 2, deepspeed=zero_config(3), loss_path="chunked"))
+    # compact=True: the LM-head module, run on the gathered rows after the model's forward, gathers
+    # its partitioned weight through its own ZeRO-3 hooks.
+    runs.append(layout("zero3-compact", 2, 2, deepspeed=zero_config(3), compact=True))
     launch(2, spec, runs)
     for run in runs:
         reference_logs, reference_w = one_process["1x4-chunked" if run.get("loss_path") else "1x4"]

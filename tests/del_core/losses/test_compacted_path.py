@@ -14,6 +14,8 @@ import torch
 
 from del_core import LOSS_NAMES, number_spans
 from del_core.config import ConfigError
+from del_core.data.sequence_shards import pad_batch, shard_batch
+from del_core.data.tokenized import TokenBatch
 from del_core.losses import CompactedPath, LossCalls, build_loss_path, scored_positions
 from del_core.training.config import load_train_config
 from del_core.training.objective import CausalLMObjective
@@ -58,13 +60,14 @@ def _inputs(labels: torch.Tensor) -> dict:
     return dict(input_ids=input_ids, targets=labels, attention_mask=attention_mask)
 
 
-def _run(name: str, path: str, compact: bool, spans=None) -> tuple[dict, dict]:
+def _run(name: str, path: str, compact: bool, spans=None, scored=None) -> tuple[dict, dict]:
     """The objective's named outputs and every parameter's gradient, at the same weights."""
     labels = _labels()
     loss = _loss(name)
     loss.set_step(7)  # NTIL: the same noise stream in both runs
     objective = CausalLMObjective(_model(), loss, path, chunk_size=16, compact=compact)
-    out = objective(**_inputs(labels), num_tokens=torch.tensor(60.0), num_digits=torch.tensor(30.0), spans=spans)
+    counts = dict(num_tokens=torch.tensor(60.0), num_digits=torch.tensor(30.0))
+    out = objective(**_inputs(labels), **counts, spans=spans, scored=scored)
     out["loss"].backward()
     grads = {key: p.grad.clone() for key, p in objective.lm.named_parameters()}
     return {key: value.detach() for key, value in out.items()}, grads
@@ -79,11 +82,23 @@ def test_the_batch_is_mostly_ignored_with_numbers_across_ignored_stretches():
     assert number_spans(compacted, VOCAB).span_start.sum() < number_spans(labels, VOCAB).span_start.sum()
 
 
+def _host_batch() -> TokenBatch:
+    """The labels as the trainer makes a batch: collated on the host, with spans and scored positions."""
+    labels = _labels()
+    inputs = _inputs(labels)
+    batch = TokenBatch(inputs["input_ids"], labels, inputs["attention_mask"], torch.zeros_like(labels))
+    return batch.with_spans(VOCAB).with_scored()
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["found", "given"])
 @pytest.mark.parametrize("path", ["logits", "chunked"])
 @pytest.mark.parametrize("name", LOSS_NAMES)
-def test_compacted_equals_full(name, path):
+def test_compacted_equals_full(name, path, given):
+    """Positions found by the path on the targets, or given with the batch (the trainer's)."""
     full, full_grads = _run(name, path, compact=False)
-    compact, compact_grads = _run(name, path, compact=True, spans=number_spans(_labels(), VOCAB))
+    batch = _host_batch()
+    scored = batch.scored if given else None
+    compact, compact_grads = _run(name, path, compact=True, spans=number_spans(_labels(), VOCAB), scored=scored)
     assert full.keys() == compact.keys()
     for key in full:  # loss, ce, aux and the metrics
         torch.testing.assert_close(compact[key], full[key], **TOLERANCE, msg=key)
@@ -167,9 +182,13 @@ def test_broken_compactions_differ(name):
     assert gap(_loss_and_gradient(_shifted_by_one, loss, logits, labels)) > 1e-4
 
 
-def test_a_compacted_call_syncs_once_for_the_gather():
-    """The gather's size is the only host sync a compacted path adds: one ``nonzero`` per call."""
-    labels = _labels()
+@pytest.mark.parametrize("given", [False, True], ids=["found", "given"])
+def test_a_compacted_call_syncs_once_for_the_gather_unless_given_the_positions(given):
+    """The gather's size is the only host sync a compacted path adds: one ``nonzero`` per call when
+    it finds the scored positions itself (the adapters), none when the caller hands them in (the
+    trainer, from the host batch)."""
+    batch = _host_batch()
+    labels = batch.targets
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(*labels.shape, 8, generator=generator, requires_grad=True)
     weight = torch.randn(V, 8, generator=generator, requires_grad=True)
@@ -179,15 +198,45 @@ def test_a_compacted_call_syncs_once_for_the_gather():
 
         def call(path=path):
             out = path.score(
-                LossCalls.of(loss), hidden, labels, 60, 30, head_weight=lambda: weight, head=lambda r: r @ weight.T
+                LossCalls.of(loss),
+                hidden,
+                labels,
+                60,
+                30,
+                head_weight=lambda: weight,
+                head=lambda r: r @ weight.T,
+                spans=batch.spans,
+                positions=batch.scored if given else None,
             )
             out.loss.backward()
 
         call()  # warm-up: the digit ids cached on the device
         with count_host_syncs() as log:
             call()
-        events = log.from_package("/del_core/")
-        assert [(e.kind, e.origin.split(" ")[-1]) for e in events] == [("nonzero", "scored_positions")], name
+        events = [(e.kind, e.origin.split(" ")[-1]) for e in log.from_package("/del_core/")]
+        assert events == ([] if given else [("nonzero", "scored_positions")]), name
+
+
+def test_the_host_batch_carries_its_scored_positions_while_its_shape_holds():
+    """The positions index the batch's flat [B, T] targets: they move with the batch, and a batch
+    padded or cut to another shape (sequence shards) drops them rather than keep stale ones."""
+    batch = _host_batch()
+    torch.testing.assert_close(batch.scored, scored_positions(batch.targets), rtol=0, atol=0)
+    assert batch.scored.dtype == torch.int64 and batch.scored.numel() == int((batch.targets != -100).sum())
+    moved = batch.to("cpu")
+    torch.testing.assert_close(moved.scored, batch.scored, rtol=0, atol=0)
+    assert shard_batch(batch, 0, 1, pad_id=0).scored is batch.scored
+    wider = batch.targets.shape[1] + 3
+    assert pad_batch(batch, wider, pad_id=0).scored is None
+    assert shard_batch(batch, 1, 3, pad_id=0).scored is None
+    assert TokenBatch(*(torch.zeros(1, 2, dtype=torch.long) for _ in range(4))).to("cpu").scored is None
+
+
+def test_the_objective_takes_scored_positions_on_a_compacted_path_only():
+    batch = _host_batch()
+    objective = CausalLMObjective(_model(), _loss("del"), "logits")
+    with pytest.raises(ValueError, match="compacted loss path only"):
+        objective(batch.input_ids, batch.targets, scored=batch.scored)
 
 
 class RecordingRun:
@@ -242,7 +291,8 @@ def test_compaction_refuses_what_it_cannot_repeat():
     with pytest.raises(ValueError, match="needs an LM head without bias"):
         build_loss_path("chunked", compact=True).check_model(model)
     model.config.final_logit_softcapping = 30.0
-    with pytest.raises(ValueError, match="loss.compact=true: the model's final_logit_softcapping=30.0"):
+    softcapping = "compacted loss path: the model's final_logit_softcapping=30.0 .*loss.compact=false"
+    with pytest.raises(ValueError, match=softcapping):
         build_loss_path("logits", compact=True).check_model(model)
     path = build_loss_path("chunked", chunk_size=9, compact=True)
     assert isinstance(path, CompactedPath) and path.name == "chunked" and path.reads_head_weight
@@ -251,10 +301,10 @@ def test_compaction_refuses_what_it_cannot_repeat():
         CompactedPath(path)
 
 
-def test_the_training_key_is_off_by_default_and_refused_where_it_cannot_be_exact():
+def test_the_training_key_is_off_by_default_and_refused_with_tensor_parallelism():
     assert load_train_config(None, []).loss.compact is False
     assert load_train_config(None, ["loss.compact=true"]).loss.compact is True
-    for key in ("parallel.tp", "parallel.sp"):
-        with pytest.raises(ConfigError, match=f"loss.compact=true with {key}=2 is not supported"):
-            load_train_config(None, ["loss.compact=true", f"{key}=2"])
+    with pytest.raises(ConfigError, match="loss.compact=true with parallel.tp=2 is not supported"):
+        load_train_config(None, ["loss.compact=true", "parallel.tp=2"])
     load_train_config(None, ["loss.compact=false", "parallel.tp=2"])
+    assert load_train_config(None, ["loss.compact=true", "parallel.sp=2"]).parallel.sp == 2

@@ -149,3 +149,15 @@ def test_number_level_under_sequence_parallelism_equals_single_process(runs):
     assert "= sequence parallel 2 (Ulysses" in runs.procs("sp2_number_level").stdout
     assert all(r["aux"] > 0 for r in records(out))
     assert_same_run(out, reference, RTOL, grad_norm=True)
+
+
+def test_compacted_ntil_under_sequence_parallelism_equals_single_process(runs):
+    """loss.compact at sp 2: each rank runs the LM head and NTIL on the scored positions of its own
+    shard (found on the host), the numbers cut between the ranks still summed over the group: the
+    single process's full-logits steps."""
+    ntil = {"loss": "ntil", "parallel.zero_stage": 2}
+    reference = runs("sp1_ntil", 1, **ntil)
+    out = runs("sp2_ntil_compact", 2, **ntil, **{"parallel.sp": 2, "loss.compact": "true"})
+    log = runs.procs("sp2_ntil_compact").stdout
+    assert "= sequence parallel 2 (Ulysses" in log and "[loss] compacted" in log
+    assert_same_run(out, reference, RTOL, grad_norm=True)

@@ -28,7 +28,7 @@ from del_core.data.sequence_shards import (
     span_columns,
 )
 from del_core.data.tokenized import Example, Packed, collate
-from del_core.losses import SequenceShard, build_loss_for_model
+from del_core.losses import SequenceShard, build_loss_for_model, scored_positions
 from del_core.spans import IGNORE_INDEX
 from helpers.sequence_parallel import numbers_across_cuts
 from helpers.toy_number_vocab import make_number_vocab
@@ -238,11 +238,18 @@ def _in_threads(parts, work):
     return results
 
 
-def _score(loss_fn, source, labels, num_tokens, num_digits, spans, head):
-    """The loss of ``source``: logits, or with ``head`` hidden states through the chunked path."""
+def _score(loss_fn, source, labels, num_tokens, num_digits, spans, head, compact=False):
+    """The loss of ``source``: logits, or with ``head`` hidden states through the chunked path;
+    ``compact``: scored on the rows of the scored positions of ``labels`` alone (``positions=``)."""
+    positions = None
+    if compact:
+        positions = scored_positions(labels)
+        source = source.reshape(-1, source.shape[-1]).index_select(0, positions)
     if head is None:
-        return loss_fn(source, labels, num_tokens, num_digits, spans=spans)
-    return loss_fn.from_hidden(source, head, labels, num_tokens, num_digits, chunk_size=3, spans=spans)
+        return loss_fn(source, labels, num_tokens, num_digits, spans=spans, positions=positions)
+    return loss_fn.from_hidden(
+        source, head, labels, num_tokens, num_digits, chunk_size=3, spans=spans, positions=positions
+    )
 
 
 def _with_step_totals(loss_fn, score, sum_totals):
@@ -256,9 +263,10 @@ def _with_step_totals(loss_fn, score, sum_totals):
     return score()
 
 
-def _whole_and_sp_group(make_loss, source, labels, spans, parts, head=None, **variant):
+def _whole_and_sp_group(make_loss, source, labels, spans, parts, head=None, compact=False, **variant):
     """(loss, grad) of the whole batch and (sum of the ranks' losses, concatenated grads) of
-    ``parts`` sequence-parallel ranks in threads, each with its own loss and SequenceShard."""
+    ``parts`` sequence-parallel ranks in threads, each with its own loss and SequenceShard;
+    ``compact``: each rank scores the scored positions of its shard alone."""
     num_tokens, num_digits = (labels != IGNORE_INDEX).sum(), spans.is_digit.sum()
     z = source.detach().clone().requires_grad_(True)
     whole_fn = make_loss()
@@ -276,7 +284,7 @@ def _whole_and_sp_group(make_loss, source, labels, spans, parts, head=None, **va
         shard = shard_spans(spans, rank, parts)
         out = _with_step_totals(
             loss_fn,
-            lambda: _score(loss_fn, zr, labels[:, start:end], num_tokens, num_digits, shard, head),
+            lambda: _score(loss_fn, zr, labels[:, start:end], num_tokens, num_digits, shard, head, compact),
             lambda totals: group.sum(totals, rank),
         )
         out.loss.backward()
@@ -324,6 +332,43 @@ def test_number_level_losses_summed_over_a_sequence_parallel_group_equal_the_who
     for variant in ({"sum_numbers": False}, {"sum_gradient": False}):
         (_, _), (_, broken) = _whole_and_sp_group(make_loss, logits, labels, spans, parts, **variant)
         assert (broken - grad).abs().max() > 1e5 * (1e-12 + 1e-10 * grad.abs().max()), variant
+
+
+# Ignored stretches ('_') inside the shards and next to the cuts (at 5, 10 and 15), numbers across
+# the cuts ("123|45", "9|.5", "1|2", "17339|64", "7|7") and either side of ignored stretches ("42_1733964").
+COMPACT_TEXTS = ["_x12345__9.5_x12_34_", "a_42_1733964z_77_8__", "____________________"]
+COMPACTED_CASES = [("del", {}), ("dist2", {"place_weighted": True}), *NUMBER_LEVEL_CASES]
+
+
+@pytest.mark.parametrize("parts", [2, 4])
+@pytest.mark.parametrize("name, options", COMPACTED_CASES)
+def test_compacted_shards_over_a_sequence_parallel_group_equal_the_whole(name, options, parts):
+    """Each rank scoring the scored positions of its own shard alone (``positions=``, what
+    ``loss.compact`` gives under ``parallel.sp``): the ranks' losses add up to the whole batch's
+    full loss and their gradients (0 at the rows left out) concatenate to its gradient, numbers
+    across the cuts included; on the chunked path too."""
+    batch = toy_batch(COMPACT_TEXTS)
+    labels, spans = batch.targets, batch.spans
+    assert numbers_across_cuts(spans, parts) >= 1 and (labels == IGNORE_INDEX).float().mean() > 0.4
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(*labels.shape, V, generator=g, dtype=torch.float64)
+    logits = logits + torch.nn.functional.one_hot(labels.clamp_min(0), V)
+    hidden = torch.randn(*labels.shape, H, generator=g, dtype=torch.float64)
+    head = 2 * torch.randn(V, H, generator=g, dtype=torch.float64)
+    make_loss = functools.partial(build, name, **options)
+    whole_grads = []
+    for source, weight in ((logits, None), (hidden, head)):
+        (whole, grad), (summed, grads) = _whole_and_sp_group(
+            make_loss, source, labels, spans, parts, weight, compact=True
+        )
+        torch.testing.assert_close(summed, whole, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(grads, grad, rtol=1e-10, atol=1e-12)
+        whole_grads.append(grad)
+    if name in NUMBER_LEVEL_LOSSES:  # broken: each rank keeps its own partial sums of the cut numbers
+        broken = _whole_and_sp_group(make_loss, logits, labels, spans, parts, compact=True, sum_numbers=False)[1][1]
+        grad = whole_grads[0]
+        # It misses the tolerance above by 1,000 times or more (fewer digits cut here than in _cut_case).
+        assert (broken - grad).abs().max() > 100 * (1e-12 + 1e-10 * grad.abs().max()), name
 
 
 @pytest.mark.parametrize("name, options", [("number_level", {"float_level": True}), ("ntil", {"noise_scale": 0.5})])

@@ -6,7 +6,8 @@ for them, over one ``Trainer.train_step()`` + ``maybe_checkpoint()`` of a tiny Q
 accumulation 2 (``helpers/step_sync_worker.py``, in its own process). The loop's own code
 (del_core/training, /parallel, /data) may read the device once: the step's metrics, counts, grad
 norm, peak memory and stop flag together. The collation of the step's batches on the host
-(``Trainer._micro_batches``) is reported apart: it works on host memory only, where the counter,
+(``Trainer._micro_batches``, and ``Trainer._rank_part``: each rank's part of them, with its scored
+positions under ``loss.compact``) is reported apart: it works on host memory only, where the counter,
 which on CPU cannot tell host tensors from device ones, sees ``torch.tensor(list)`` and reads of
 the CPU copies that cost no device sync. The loss, transformers and DeepSpeed are reported, not
 held to a budget here (tests/del_core/losses/test_host_syncs.py holds the loss to zero).
@@ -70,6 +71,16 @@ def test_one_optimizer_step_syncs_the_host_at_most_once(report):
         loop
     )
     assert {kind for kind, _, _ in loop} <= {"tolist"}, "the one read should be a single tolist:\n" + _summary(loop)
+
+
+def test_a_compacted_step_adds_no_host_sync(report):
+    """Under loss.compact the scored positions come with the batch, found on the host: the loss
+    (the gather of the rows, the LM head on them) adds no sync, and the loop keeps its one read."""
+    events = report["compact_step"]["events"]
+    loop, losses = _from(events, LOOP), _from(events, ("/del_core/losses/",))
+    print(f"\ncompacted step: loop {len(loop)}, del_core/losses {len(losses)}\n{_summary(loop + losses)}")
+    assert len(loop) <= BUDGET and {kind for kind, _, _ in loop} <= {"tolist"}, _summary(loop)
+    assert losses == [], "the compacted loss synced:\n" + _summary(losses)
 
 
 def test_a_bad_label_id_is_named_before_the_model_sees_the_batch(report):
