@@ -142,11 +142,13 @@ def test_zero3_compacted_loss_matches(base, reference, tmp_path, path):
 
 def test_padding_free_micro_batches_match(base, reference, tmp_path):
     """data.padding_free=true: each micro-batch's examples in one row without padding, the model
-    run without an attention mask; one process with accumulation 8 instead of 2 ranks with 4
-    (tested to be the same): the same step losses as the padded reference."""
+    run without an attention mask, and with loss.compact=true on that row (the scored positions
+    found on the joined host batch); one process with accumulation 8 instead of 2 ranks with 4
+    (tested to be the same): the same step losses as the padded, uncompacted reference."""
     out = tmp_path / "run"
-    proc = run_train(1, {**base, "data.padding_free": "true", "run.output_dir": out})
+    proc = run_train(1, {**base, "data.padding_free": "true", "loss.compact": "true", "run.output_dir": out})
     assert "padding-free micro-batches" in proc.stdout + proc.stderr
+    assert "[loss] compacted" in proc.stdout + proc.stderr
     _close(train_losses(out), reference)
 
 
