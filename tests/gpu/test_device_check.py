@@ -19,7 +19,15 @@ import torch
 from helpers.shared import vocab_file
 from helpers.training import REPO
 
-SECTIONS = ("loss_overhead", "chunked_memory", "host_syncs", "train_smollm2", "qwen_1p5b_step", "trainer_vs_hf")
+SECTIONS = (
+    "loss_overhead",
+    "chunked_memory",
+    "host_syncs",
+    "train_smollm2",
+    "qwen_1p5b_step",
+    "compaction_step",
+    "trainer_vs_hf",
+)
 # The figures of each section that a GPU run fills in (tests/gpu/README.md).
 HEADLINES = {
     "loss_overhead": ("del_vs_mle_N256", "del_vs_ce_N512", "ce_ms_N256", "mle_ms_N512", "del_ms_N512"),
